@@ -1,0 +1,35 @@
+# Set-up in two commands: `make run` and `make test`. Both create .venv on
+# first use, so a fresh machine needs nothing else.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(abspath $(VENV))/bin
+STAMP := $(VENV)/.installed-stamp
+# mpi4jax builds from source; it needs the mpicc of the `mpich` wheel on PATH
+# and, where nvcc is installed without its toolkit on the default path,
+# CUDA_PATH pointing at the toolkit (DESIGN.md section 8).
+CUDA_ENV := $(if $(wildcard /usr/local/cuda/include/cuda_runtime.h),CUDA_PATH=/usr/local/cuda,)
+
+RUN_OUT ?= runs/quickstart
+RUN_ITERS ?= 40
+
+.PHONY: run test venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade "pip>=24"
+	$(BIN)/pip install -q "mpich>=5.0.2" "mpi4py>=4.1.2"
+	PATH=$(BIN):$$PATH $(CUDA_ENV) $(BIN)/pip install -q -e ".[mpi,dev]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/pacd-bo run --benchmark branin --method pacd --clients 5 --seeds 1 \
+	    --iters $(RUN_ITERS) --out $(RUN_OUT)
+
+test: $(STAMP)
+	PATH=$(BIN):$$PATH $(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

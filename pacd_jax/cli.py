@@ -1,0 +1,268 @@
+"""The ``pacd-bo`` command line.
+
+Bad input ends with one line on stderr (``pacd-bo: error: ...``) and exit
+code 2, never a traceback; outputs are written atomically, so a failed run
+leaves no partial files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """Bad input from the command line; printed as one line, exit code 2."""
+
+    def __init__(self, message: str, prog: str = "pacd-bo"):
+        super().__init__(message)
+        self.prog = prog
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error message instead of usage + message."""
+
+    def error(self, message):  # noqa: D401 - argparse API
+        raise UsageError(message, self.prog)
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip() != ""]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected at least one integer, got {text!r}")
+    return values
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from pacd_jax.config import BACKENDS, METHODS, RunConfig
+
+    defaults = RunConfig()
+    parser = _Parser(prog="pacd-bo", description="Privacy-aware collaborative and distributed Bayesian optimisation.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser(
+        "run",
+        help="run BO on a benchmark or a custom task family",
+        description="Run one method over N clients and S seeds; writes DIR/run.json and DIR/convergence.png.",
+    )
+    prob = run.add_argument_group("problem")
+    prob.add_argument("--benchmark", default=defaults.benchmark, help="task family: sinusoid, branin, hartmann6, wingweight (default %(default)s)")
+    prob.add_argument("--task", metavar="MODULE:FACTORY", help="custom task family: FACTORY(num_clients, seed) in MODULE returns a pacd_jax.tasks.TaskFamily (overrides --benchmark)")
+    prob.add_argument("--method", choices=METHODS, default=defaults.method, help="default %(default)s")
+    prob.add_argument("--clients", type=_positive_int, default=defaults.num_clients, help="number of clients N (default %(default)s)")
+    prob.add_argument("--iters", type=_positive_int, default=defaults.iters, help="BO rounds T (default %(default)s)")
+    seeds = prob.add_mutually_exclusive_group()
+    seeds.add_argument("--seeds", type=_positive_int, default=1, help="run seeds 0..S-1 (default %(default)s)")
+    seeds.add_argument("--seed-list", type=_int_list, help="comma-separated seeds, e.g. 3,7")
+    prob.add_argument("--init-points", type=_positive_int, help="initial design size per client (default 5 for d<=2, else 10)")
+    prob.add_argument("--noise-std", type=_float, help="observation noise std in original units (default: the family's)")
+
+    meta = run.add_argument_group("meta-learner (pacd, pacoh)")
+    meta.add_argument("--particles", type=_positive_int, default=defaults.num_particles, help="SVGD particles K (default %(default)s)")
+    meta.add_argument("--hidden", type=_int_list, default=list(defaults.hidden), help="hidden widths of the mean and feature MLPs (default 32,32)")
+    meta.add_argument("--features", type=_positive_int, default=defaults.features, help="kernel feature dimension F (default %(default)s)")
+    meta.add_argument("--kernel-variance", type=_float, default=defaults.kernel_variance, help="kernel output scale s (default %(default)s, paper eq. 5)")
+    meta.add_argument("--svgd-steps", type=_nonneg_int, default=defaults.svgd_steps, help="SVGD steps per round (default %(default)s)")
+    meta.add_argument("--svgd-steps-init", type=_nonneg_int, default=defaults.svgd_steps_init, help="SVGD steps in round 0 (default %(default)s)")
+    meta.add_argument("--lr", type=_float, default=defaults.learning_rate, help="Adam learning rate (default %(default)s)")
+    meta.add_argument("--prior-factor", type=_float, default=defaults.prior_factor, help="weight of ln P in the score (default %(default)s)")
+    meta.add_argument("--meta-lambda", type=_float, help="lambda of eq. 3 (default: N)")
+
+    acq = run.add_argument_group("acquisition")
+    acq.add_argument("--kappa", type=_float, default=defaults.kappa, help="UCB exploration weight (default %(default)s)")
+    acq.add_argument("--candidates", type=_positive_int, default=defaults.num_candidates, help="random candidates (default %(default)s)")
+    acq.add_argument("--refine", type=_positive_int, default=defaults.num_refine, help="candidates refined by gradient (default %(default)s)")
+    acq.add_argument("--refine-steps", type=_nonneg_int, default=defaults.refine_steps, help="refinement steps (default %(default)s)")
+
+    ind = run.add_argument_group("independent baseline")
+    ind.add_argument("--gp-kernel", choices=("matern52", "rbf"), default=defaults.gp_kernel, help="default %(default)s")
+    ind.add_argument("--gp-fit-steps", type=_positive_int, default=defaults.gp_fit_steps, help="L-BFGS steps per round (default %(default)s)")
+
+    out = run.add_argument_group("execution and output")
+    out.add_argument("--backend", choices=BACKENDS, default=defaults.backend, help="default %(default)s")
+    out.add_argument("--x64", action="store_true", help="compute in float64")
+    out.add_argument("--out", required=True, metavar="DIR", help="output folder for run.json and the plot")
+    out.add_argument("--format", choices=("png", "pdf"), default="png", help="figure format (default %(default)s)")
+    out.add_argument("--quiet", action="store_true", help="no progress bar or summary table")
+    return parser
+
+
+def load_task_factory(spec: str):
+    """``'module:factory'`` -> the callable; raises UsageError with the reason."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"--task must look like MODULE:FACTORY, got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # let users name a module in the current folder
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # an import error of the user's module is bad input
+        raise UsageError(f"cannot import task module {module_name!r}: {exc}") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise UsageError(f"{module_name!r} has no callable {attr!r}")
+    return factory
+
+
+def _checked_factory(factory):
+    from pacd_jax import tasks
+
+    def wrapped(num_clients, seed):
+        try:
+            fam = factory(num_clients, seed)
+        except (ValueError, TypeError):
+            raise
+        except Exception as exc:
+            raise ValueError(f"task factory failed: {type(exc).__name__}: {exc}") from None
+        tasks.check_family(fam)
+        return fam
+
+    return wrapped
+
+
+def _config_from_args(args):
+    from pacd_jax import tasks
+    from pacd_jax.config import RunConfig
+
+    if args.task is None and args.benchmark not in tasks.known_families():
+        raise UsageError(f"unknown benchmark {args.benchmark!r}; choose one of {', '.join(tasks.known_families())}")
+    seeds = tuple(args.seed_list) if args.seed_list is not None else tuple(range(args.seeds))
+    return RunConfig(
+        benchmark=args.benchmark if args.task is None else args.task,
+        method=args.method,
+        num_clients=args.clients,
+        iters=args.iters,
+        seeds=seeds,
+        init_points=args.init_points,
+        noise_std=args.noise_std,
+        backend=args.backend,
+        x64=args.x64,
+        num_particles=args.particles,
+        hidden=tuple(args.hidden),
+        features=args.features,
+        kernel_variance=args.kernel_variance,
+        svgd_steps=args.svgd_steps,
+        svgd_steps_init=args.svgd_steps_init,
+        learning_rate=args.lr,
+        prior_factor=args.prior_factor,
+        meta_lambda=args.meta_lambda,
+        kappa=args.kappa,
+        num_candidates=args.candidates,
+        num_refine=args.refine,
+        refine_steps=args.refine_steps,
+        gp_kernel=args.gp_kernel,
+        gp_fit_steps=args.gp_fit_steps,
+    )
+
+
+def _progress(total_hint: int, quiet: bool):
+    """A tqdm bar over rounds (off when quiet or stderr is not a terminal)."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total_hint, unit="round", disable=quiet or not sys.stderr.isatty(), leave=False)
+
+    def on_round(done, total):
+        if bar.total != total:
+            bar.total = total
+        bar.update(done - bar.n)
+
+    return bar, on_round
+
+
+def _print_summary(doc: dict) -> None:
+    results = doc["results"]
+    n = doc["num_clients"]
+    header = "seed  " + "  ".join(f"client{i:<3d}" for i in range(n)) + "  mean"
+    print(f"{doc['method']} on {doc['benchmark']}: final normalised regret after {doc['iters']} rounds")
+    print(header)
+    for r in results:
+        vals = [c["final_regret"] for c in r["clients"]]
+        print(f"{r['seed']:<5d} " + "  ".join(f"{v:<9.4f}" for v in vals) + f"  {sum(vals) / len(vals):.4f}")
+    s = doc["summary"]
+    print(
+        f"final regret {s['final_regret_mean']:.4f} +- {s['final_regret_std']:.4f}   "
+        f"AUC(first 10%) {s['auc_mean']:.4f} +- {s['auc_std']:.4f}   wall {doc['wall_time_s']:.1f} s"
+    )
+
+
+def cmd_run(args) -> int:
+    from pacd_jax import experiment, io, plotting
+
+    config = _config_from_args(args)
+    factory = _checked_factory(load_task_factory(args.task)) if args.task else None
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {str(out)!r} exists and is not a folder")
+    bar, on_round = _progress(config.iters, args.quiet)
+    try:
+        doc = experiment.run(config, factory, on_round)
+    finally:
+        bar.close()
+    io.write_json(out / "run.json", doc)
+    plotting.plot_convergence(doc, out / f"convergence.{args.format}")
+    if not args.quiet:
+        _print_summary(doc)
+        print(f"wrote {out / 'run.json'} and {out / f'convergence.{args.format}'}")
+    return 0
+
+
+COMMANDS = {"run": cmd_run}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        return COMMANDS[args.command](args)
+    except UsageError as exc:
+        print(f"{exc.prog}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (ValueError, TypeError) as exc:
+        print(f"pacd-bo: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("pacd-bo: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Run configuration: one frozen, validated dataclass for every option of a run."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+METHODS = ("pacd", "pacoh", "independent")
+BACKENDS = ("vmap",)
+BENCHMARKS = ("sinusoid", "branin", "hartmann6", "wingweight")
+
+
+def _check_int(name: str, value: Any, low: int, high: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < low or (high is not None and value > high):
+        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"{name} must be {bound}, got {value!r}")
+
+
+def _check_float(name: str, value: Any, low: float, strict: bool = True, high: float | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if (strict and value <= low) or (not strict and value < low) or (high is not None and value > high):
+        op = ">" if strict else ">="
+        bound = f"{op} {low}" if high is None else f"{op} {low} and <= {high}"
+        raise ValueError(f"{name} must be {bound}, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Everything that defines a run; ``run.json`` records all of it.
+
+    Problem:
+        benchmark: a registered task family name (see :func:`pacd_jax.tasks.known_families`).
+        method: ``pacd`` (PACD-BO), ``pacoh`` (centralised PACOH-BO; the same
+            computation in one process for now) or ``independent``.
+        num_clients, iters (BO rounds T), seeds, init_points (per client; None:
+            5 for d <= 2, 10 otherwise), noise_std (None: the family's default).
+    Meta-learner (DESIGN.md section 3):
+        num_particles K, hidden, features, kernel_variance, learn_lengthscale,
+        svgd_steps per round (svgd_steps_init in round 0), learning_rate
+        (Adam), prior_factor, meta_lambda (None: N).
+    Acquisition:
+        kappa, num_candidates, num_local, num_refine, refine_steps.
+    Independent baseline:
+        gp_kernel (``matern52`` or ``rbf``), gp_fit_steps (L-BFGS steps per round).
+    Numerics:
+        x64 (float64 everywhere), backend.
+    """
+
+    benchmark: str = "branin"
+    method: str = "pacd"
+    num_clients: int = 5
+    iters: int = 30
+    seeds: tuple[int, ...] = (0,)
+    init_points: int | None = None
+    noise_std: float | None = None
+    backend: str = "vmap"
+    x64: bool = False
+    # meta-learner
+    num_particles: int = 10
+    hidden: tuple[int, ...] = (32, 32)
+    features: int = 2
+    kernel_variance: float = 0.5
+    learn_lengthscale: bool = True
+    svgd_steps: int = 50
+    svgd_steps_init: int = 500
+    learning_rate: float = 1e-3
+    prior_factor: float = 0.01
+    meta_lambda: float | None = None
+    # acquisition
+    kappa: float = 2.0
+    num_candidates: int = 1024
+    num_local: int = 256
+    num_refine: int = 5
+    refine_steps: int = 50
+    # independent baseline
+    gp_kernel: str = "matern52"
+    gp_fit_steps: int = 50
+
+    def __post_init__(self):
+        if not isinstance(self.benchmark, str) or not self.benchmark:
+            raise ValueError(f"benchmark must be a non-empty string, got {self.benchmark!r}")
+        if self.method not in METHODS:
+            raise ValueError(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
+        _check_int("num_clients", self.num_clients, 1, 4096)
+        _check_int("iters", self.iters, 1, 100_000)
+        seeds = tuple(self.seeds)
+        if not seeds:
+            raise ValueError("seeds must not be empty")
+        for s in seeds:
+            _check_int("seed", s, 0, 2**31 - 1)
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds must be distinct, got {seeds}")
+        object.__setattr__(self, "seeds", tuple(int(s) for s in seeds))
+        if self.init_points is not None:
+            _check_int("init_points", self.init_points, 1, 100_000)
+        if self.noise_std is not None:
+            _check_float("noise_std", self.noise_std, 0.0, strict=False)
+        if not isinstance(self.x64, bool):
+            raise ValueError(f"x64 must be a bool, got {self.x64!r}")
+        _check_int("num_particles", self.num_particles, 1, 100_000)
+        hidden = tuple(self.hidden)
+        if not hidden:
+            raise ValueError("hidden must name at least one layer width")
+        for h in hidden:
+            _check_int("hidden width", h, 1, 100_000)
+        object.__setattr__(self, "hidden", tuple(int(h) for h in hidden))
+        _check_int("features", self.features, 1, 10_000)
+        _check_float("kernel_variance", self.kernel_variance, 0.0)
+        if not isinstance(self.learn_lengthscale, bool):
+            raise ValueError(f"learn_lengthscale must be a bool, got {self.learn_lengthscale!r}")
+        _check_int("svgd_steps", self.svgd_steps, 0, 10**7)
+        _check_int("svgd_steps_init", self.svgd_steps_init, 0, 10**7)
+        _check_float("learning_rate", self.learning_rate, 0.0)
+        _check_float("prior_factor", self.prior_factor, 0.0, strict=False)
+        if self.meta_lambda is not None:
+            _check_float("meta_lambda", self.meta_lambda, 0.0)
+        _check_float("kappa", self.kappa, 0.0, strict=False)
+        _check_int("num_candidates", self.num_candidates, 1, 10**7)
+        _check_int("num_local", self.num_local, 0, 10**7)
+        _check_int("num_refine", self.num_refine, 1, self.num_candidates)
+        _check_int("refine_steps", self.refine_steps, 0, 10**6)
+        if self.gp_kernel not in ("matern52", "rbf"):
+            raise ValueError(f"unknown gp_kernel {self.gp_kernel!r}; choose matern52 or rbf")
+        _check_int("gp_fit_steps", self.gp_fit_steps, 1, 10**6)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict of every option (tuples as lists)."""
+        out = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            out[field.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    def replace(self, **changes) -> "RunConfig":
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,144 @@
+"""Run a configured experiment over its seeds and assemble ``run.json`` (DESIGN.md section 9)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pacd_jax import loop, methods, metrics, tasks
+from pacd_jax.config import RunConfig
+
+TaskFactory = Callable[[int, int], tasks.TaskFamily]
+
+
+def _families(config: RunConfig, factory: TaskFactory | None) -> list[tasks.TaskFamily]:
+    if factory is None:
+        factory = lambda n, s: tasks.make(config.benchmark, num_clients=n, seed=s)
+    fams = []
+    for seed in config.seeds:
+        fam = factory(config.num_clients, seed)
+        if int(fam.num_clients) != config.num_clients:
+            raise ValueError(
+                f"task family {getattr(fam, 'name', '?')!r} has {fam.num_clients} clients, "
+                f"but the run asks for {config.num_clients}"
+            )
+        fams.append(fam)
+    return fams
+
+
+def _vectorisable(splits: list) -> bool:
+    """Seeds can share one vmapped run when their families differ only in array parameters."""
+    first_params, first_fn = splits[0]
+    structure = jax.tree_util.tree_structure(first_params)
+    if structure.num_leaves == 0:
+        return False  # closure-based family: each seed's function is baked into its trace
+    for params, fn in splits[1:]:
+        if fn is not first_fn or jax.tree_util.tree_structure(params) != structure:
+            return False
+        if any(np.shape(a) != np.shape(b) for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(first_params))):
+            return False
+    return True
+
+
+def run(
+    config: RunConfig,
+    task_factory: TaskFactory | None = None,
+    on_round: Callable[[int, int], None] | None = None,
+) -> dict:
+    """Run ``config`` and return the ``run.json`` document.
+
+    Args:
+        config: the run's options.
+        task_factory: ``factory(num_clients, seed) -> TaskFamily``; default
+            ``tasks.make(config.benchmark, ...)``.
+        on_round: progress callback ``on_round(rounds_done, rounds_total)``
+            counting rounds over all seed batches.
+
+    Raises:
+        ValueError: bad configuration or task; :class:`loop.NonFiniteObjectiveError`
+            when a task returns NaN/inf (naming seed, client and round).
+    """
+    x64 = jax.enable_x64(True) if config.x64 else contextlib.nullcontext()
+    with x64:
+        return _run(config, task_factory, on_round)
+
+
+def _run(config, task_factory, on_round) -> dict:
+    start = time.perf_counter()
+    dtype = jnp.result_type(float)
+    fams = _families(config, task_factory)
+    dim = int(fams[0].dim)
+    method = methods.build(config, dim)
+    splits = [fam.split() for fam in fams]
+    problems = [loop.problem_from_family(f, config.iters, config.init_points, config.noise_std)[0] for f in fams]
+
+    if _vectorisable(splits):
+        params = jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *[p for p, _ in splits])
+        batches = [(problems[0], list(config.seeds), params, True)]
+    else:
+        batches = [(problems[k], [s], splits[k][0], False) for k, s in enumerate(config.seeds)]
+
+    total = config.iters * len(batches)
+    done = [0]
+
+    def tick(_t):
+        done[0] += 1
+        if on_round is not None:
+            on_round(done[0], total)
+
+    results: list[loop.SeedResults] = []
+    for problem, seeds, params, batched in batches:
+        results.append(loop.run_batch(problem, method, seeds, params, batched, dtype, tick))
+
+    by_seed = {}
+    for res in results:
+        for j, seed in enumerate(res.seeds):
+            by_seed[seed] = (res.X[j], res.y[j], res.f[j])
+
+    problem = problems[0]
+    m0 = problem.init_points
+    seed_docs, finals, aucs = [], [], []
+    for k, seed in enumerate(config.seeds):
+        X, y, f = by_seed[seed]
+        fam = fams[k]
+        clients = []
+        for i in range(config.num_clients):
+            _, f_star = fam.optimum(i)
+            regret = metrics.normalised_regret(f[i], float(f_star), m0)
+            clients.append(
+                {
+                    "client": i,
+                    "X": X[i].tolist(),
+                    "y": y[i].tolist(),
+                    "f": f[i].tolist(),
+                    "regret": regret.tolist(),
+                    "final_regret": float(regret[-1]),
+                    "auc": float(metrics.early_auc(regret)),
+                }
+            )
+        finals.append(np.mean([c["final_regret"] for c in clients]))
+        aucs.append(np.mean([c["auc"] for c in clients]))
+        seed_docs.append({"seed": seed, "clients": clients})
+
+    return {
+        "benchmark": getattr(fams[0], "name", config.benchmark),
+        "method": config.method,
+        "backend": config.backend,
+        "num_clients": config.num_clients,
+        "iters": config.iters,
+        "config": {**config.to_dict(), "init_points": m0, "noise_std": problem.noise_std},
+        "wall_time_s": time.perf_counter() - start,
+        "epsilon": None,
+        "summary": metrics.summarise(np.asarray(finals), np.asarray(aucs)),
+        "results": seed_docs,
+    }
+
+
+def regret_curves(doc: dict) -> np.ndarray:
+    """``(S, N, T + 1)`` regret curves of a ``run.json`` document."""
+    return np.asarray([[c["regret"] for c in r["clients"]] for r in doc["results"]], np.float64)

@@ -1,0 +1,184 @@
+"""The single-process (vmap) backend: clients stacked on a leading axis.
+
+One BO round (the method's learning phase, one proposal per client, one
+evaluation per client) is one jitted function of fixed-shape state: client
+buffers are preallocated to ``m0 + T`` rows and masked, and the round index
+is a traced integer, so the round compiles once and never retraces as data
+grows. Seeds are vectorised with ``vmap`` when the task family exposes its
+parameters as arrays (every built-in family does); otherwise they run one
+after another.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pacd_jax import keys, tasks
+from pacd_jax.client import ClientBuffer, append, empty_buffer
+from pacd_jax.methods import Method
+
+Array = jax.Array
+
+
+class NonFiniteObjectiveError(ValueError):
+    """A task returned NaN or inf; the message names seed, client and round."""
+
+
+class RunState(NamedTuple):
+    """Everything a round needs. ``f`` is the simulator's noise-free record for
+    the regret metric; a real client would not have it and nothing learns from it."""
+
+    buffers: ClientBuffer  # stacked over clients: X (N, M, d), y (N, M), count (N,)
+    f: Array  # (N, M)
+    model: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """Static description of the optimisation problem seen by the jitted round.
+
+    ``evaluate`` is ``evaluate(params, i, x)`` from :meth:`TaskFamily.split`.
+    """
+
+    num_clients: int
+    dim: int
+    lower: tuple[float, ...]
+    upper: tuple[float, ...]
+    init_points: int
+    iters: int
+    noise_std: float
+    evaluate: Callable
+
+    @property
+    def capacity(self) -> int:
+        return self.init_points + self.iters
+
+    def to_original(self, x_unit: Array) -> Array:
+        lower = jnp.asarray(self.lower, x_unit.dtype)
+        upper = jnp.asarray(self.upper, x_unit.dtype)
+        return lower + x_unit * (upper - lower)
+
+    def evaluate_all(self, params: Any, x_unit: Array) -> Array:
+        """Noise-free ``f_i`` of every client: ``(N, ..., d)`` unit-box points -> ``(N, ...)``."""
+        x = self.to_original(x_unit)
+        out = [jnp.asarray(self.evaluate(params, i, x[i])) for i in range(self.num_clients)]
+        return jnp.stack(out).astype(x_unit.dtype)
+
+    def observe(self, f: Array, seed: Array, round_idx: Array) -> Array:
+        """``y = f + noise`` (paper eq. 1) with keys from (seed, client, round)."""
+        if self.noise_std == 0.0:
+            return f
+
+        def one(i, fi):
+            return tasks.add_noise(keys.client_key(seed, "noise", i, round_idx), fi, self.noise_std)
+
+        return jax.vmap(one)(jnp.arange(self.num_clients), f)
+
+
+def problem_from_family(family: tasks.TaskFamily, iters: int, init_points: int | None, noise_std: float | None) -> tuple[Problem, Any]:
+    """Build the static :class:`Problem` and the array parameters of a family."""
+    params, evaluate = family.split()
+    bounds = np.asarray(family.bounds, np.float64)
+    problem = Problem(
+        num_clients=int(family.num_clients),
+        dim=int(family.dim),
+        lower=tuple(float(v) for v in bounds[:, 0]),
+        upper=tuple(float(v) for v in bounds[:, 1]),
+        init_points=int(init_points if init_points is not None else tasks.default_init_points(family.dim)),
+        iters=int(iters),
+        noise_std=float(family.noise_std if noise_std is None else noise_std),
+        evaluate=evaluate,
+    )
+    return problem, params
+
+
+def initial_state(problem: Problem, method: Method, seed: Array, params: Any, dtype) -> RunState:
+    """Collaborative LHS design, its evaluations, and the method's initial state."""
+    n, m0, d = problem.num_clients, problem.init_points, problem.dim
+    x0 = tasks.collaborative_lhs(keys.stream(seed, "design"), n, m0, d).astype(dtype)
+    f0 = problem.evaluate_all(params, x0)
+    y0 = problem.observe(f0, seed, -1)
+    empty = empty_buffer(problem.capacity, d, dtype)
+    buffers = jax.vmap(lambda x, y: append(empty, x, y))(x0, y0)
+    f = jnp.zeros((n, problem.capacity), dtype).at[:, :m0].set(f0)
+    return RunState(buffers, f, method.init(seed, buffers))
+
+
+def bo_round(problem: Problem, method: Method, state: RunState, round_idx: Array, seed: Array, params: Any):
+    """One BO round for all clients: learn, propose, evaluate, append.
+
+    Returns:
+        ``(state, (x_unit, y))`` with the new queries ``(N, d)`` and observations ``(N,)``.
+    """
+    model = method.learn(state.model, state.buffers, round_idx)
+    x = method.propose(model, state.buffers, seed, round_idx)
+    f = problem.evaluate_all(params, x)
+    y = problem.observe(f, seed, round_idx)
+    buffers = jax.vmap(append)(state.buffers, x, y)
+    count = state.buffers.count[0]
+    f_buf = jax.lax.dynamic_update_slice(state.f, f[:, None].astype(state.f.dtype), (0, count))
+    return RunState(buffers, f_buf, model), (x, y)
+
+
+def _check_finite(values: np.ndarray, seeds: Sequence[int], where: str) -> None:
+    """``values``: ``(S, N, ...)`` observations of the seeds in ``seeds``."""
+    bad = ~np.isfinite(values)
+    if bad.any():
+        s, i = np.argwhere(bad)[0][:2]
+        value = values[(s, i) + tuple(np.argwhere(bad[s, i])[0])] if values.ndim > 2 else values[s, i]
+        raise NonFiniteObjectiveError(
+            f"client {int(i)} returned a non-finite objective value ({float(value)}) {where} (seed {seeds[s]})"
+        )
+
+
+@dataclasses.dataclass
+class SeedResults:
+    """Host-side arrays of one batch of seeds, original units.
+
+    Attributes:
+        X: ``(S, N, m0 + T, d)``; y, f: ``(S, N, m0 + T)``.
+    """
+
+    seeds: list[int]
+    X: np.ndarray
+    y: np.ndarray
+    f: np.ndarray
+
+
+def run_batch(
+    problem: Problem,
+    method: Method,
+    seeds: Sequence[int],
+    params: Any,
+    batched_params: bool,
+    dtype,
+    on_round: Callable[[int], None] | None = None,
+) -> SeedResults:
+    """Run all rounds for a batch of seeds, vmapped over the seeds.
+
+    Args:
+        params: the family parameters; stacked over seeds when ``batched_params``.
+        on_round: called with the round index after each round (progress bars).
+    """
+    seed_arr = jnp.asarray(seeds, jnp.int32)
+    p_axis = 0 if batched_params else None
+
+    init = jax.jit(jax.vmap(lambda s, p: initial_state(problem, method, s, p, dtype), (0, p_axis)))
+    round_fn = jax.jit(
+        jax.vmap(lambda st, t, s, p: bo_round(problem, method, st, t, s, p), (0, None, 0, p_axis))
+    )
+
+    state = init(seed_arr, params)
+    _check_finite(np.asarray(state.buffers.y[:, :, : problem.init_points]), list(seeds), "in the initial design")
+    for t in range(problem.iters):
+        state, (_, y) = round_fn(state, jnp.asarray(t, jnp.int32), seed_arr, params)
+        _check_finite(np.asarray(y), list(seeds), f"at round {t}")
+        if on_round is not None:
+            on_round(t)
+    X = np.asarray(problem.to_original(state.buffers.X), np.float64)
+    return SeedResults(list(seeds), X, np.asarray(state.buffers.y, np.float64), np.asarray(state.f, np.float64))

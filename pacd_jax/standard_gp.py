@@ -1,0 +1,193 @@
+"""The standard GP of the Independent baseline (DESIGN.md section 5).
+
+A fair single-task GP in the spirit of BoTorch's ``SingleTaskGP``: inputs in
+the unit box, outputs standardised per client, constant mean, ARD Matern-5/2
+(or SE) kernel with a learned output scale, Gaussian noise. Hyperparameters
+are the MAP estimate under BoTorch's dimension-scaled priors
+(lengthscale ``LogNormal(sqrt(2) + ln(d)/2, sqrt(3))``, noise variance
+``LogNormal(-4, 1)`` floored at 1e-4) plus ``LogNormal(0, 1)`` on the output
+scale, found by L-BFGS (optax, zoom line search) from a warm start and a
+default start, on the same masked buffers and GP core as the meta-learned
+prior (:mod:`pacd_jax.gp`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from pacd_jax.gp import (
+    DEFAULT_JITTER,
+    GPData,
+    PosteriorCache,
+    gaussian_log_marginal,
+    posterior_cache,
+    posterior_from_cache,
+)
+
+Array = jax.Array
+
+NOISE_FLOOR = 1e-4
+KERNELS = ("matern52", "rbf")
+
+
+class GPHyper(NamedTuple):
+    """Unconstrained hyperparameters: mean, log lengthscales ``(d,)``, log output scale, log noise excess."""
+
+    mean: Array
+    log_lengthscale: Array
+    log_outputscale: Array
+    log_noise: Array
+
+    @property
+    def lengthscale(self) -> Array:
+        return jnp.exp(self.log_lengthscale)
+
+    @property
+    def outputscale(self) -> Array:
+        return jnp.exp(self.log_outputscale)
+
+    @property
+    def noise(self) -> Array:
+        """Noise variance ``NOISE_FLOOR + exp(log_noise)``."""
+        return NOISE_FLOOR + jnp.exp(self.log_noise)
+
+
+@dataclasses.dataclass(frozen=True)
+class StandardGPConfig:
+    """Kernel choice, priors and fitting budget of the Independent GP."""
+
+    dim: int
+    kernel: str = "matern52"
+    fit_steps: int = 50
+    outputscale_prior: tuple[float, float] = (0.0, 1.0)
+    noise_prior: tuple[float, float] = (-4.0, 1.0)
+
+    def __post_init__(self):
+        if not isinstance(self.dim, int) or self.dim < 1:
+            raise ValueError(f"dim must be a positive integer, got {self.dim!r}")
+        if self.kernel not in KERNELS:
+            raise ValueError(f"unknown kernel {self.kernel!r}; choose one of {KERNELS}")
+        if not isinstance(self.fit_steps, int) or self.fit_steps < 1:
+            raise ValueError(f"fit_steps must be a positive integer, got {self.fit_steps!r}")
+
+    @property
+    def lengthscale_prior(self) -> tuple[float, float]:
+        """BoTorch's dimension-scaled lengthscale prior (Hvarfner et al., 2024)."""
+        return math.sqrt(2.0) + 0.5 * math.log(self.dim), math.sqrt(3.0)
+
+
+def default_hyper(config: StandardGPConfig, dtype=None) -> GPHyper:
+    """Start of the fit: prior-mode lengthscales, unit output scale, noise 1e-2."""
+    dtype = dtype or jnp.result_type(float)
+    loc, scale = config.lengthscale_prior
+    # mode of a LogNormal(loc, scale) is exp(loc - scale^2)
+    return GPHyper(
+        mean=jnp.zeros((), dtype),
+        log_lengthscale=jnp.full((config.dim,), loc - scale**2, dtype),
+        log_outputscale=jnp.zeros((), dtype),
+        log_noise=jnp.asarray(math.log(1e-2), dtype),
+    )
+
+
+def kernel_matrix(config: StandardGPConfig, hyper: GPHyper, X1: Array, X2: Array) -> Array:
+    """ARD Matern-5/2 or SE covariance ``(A, d), (B, d) -> (A, B)``."""
+    diff = (X1[:, None, :] - X2[None, :, :]) / hyper.lengthscale
+    r2 = jnp.sum(diff * diff, axis=-1)
+    if config.kernel == "rbf":
+        return hyper.outputscale * jnp.exp(-0.5 * r2)
+    # safe sqrt: finite gradient at r = 0
+    positive = r2 > 0
+    r = jnp.where(positive, jnp.sqrt(jnp.where(positive, r2, 1.0)), 0.0)
+    s5r = math.sqrt(5.0) * r
+    return hyper.outputscale * (1.0 + s5r + 5.0 / 3.0 * r2) * jnp.exp(-s5r)
+
+
+def _lognormal_logpdf_of_log(log_x: Array, loc: float, scale: float) -> Array:
+    """``ln p(x)`` of ``x ~ LogNormal(loc, scale)`` written in terms of ``ln x``."""
+    z = (log_x - loc) / scale
+    return -0.5 * z**2 - log_x - math.log(scale) - 0.5 * math.log(2 * math.pi)
+
+
+def log_prior(config: StandardGPConfig, hyper: GPHyper) -> Array:
+    """Log density of the hyper-priors (lengthscales, output scale, noise)."""
+    loc, scale = config.lengthscale_prior
+    lp = jnp.sum(_lognormal_logpdf_of_log(hyper.log_lengthscale, loc, scale))
+    lp += _lognormal_logpdf_of_log(hyper.log_outputscale, *config.outputscale_prior)
+    lp += _lognormal_logpdf_of_log(jnp.log(hyper.noise), *config.noise_prior)
+    return lp
+
+
+def log_marginal(config: StandardGPConfig, hyper: GPHyper, data: GPData, jitter: float = DEFAULT_JITTER) -> Array:
+    """Exact log marginal likelihood of the (masked) buffer."""
+    mean = jnp.full(data.y.shape, hyper.mean, data.y.dtype)
+    kxx = kernel_matrix(config, hyper, data.X, data.X)
+    return gaussian_log_marginal(mean, kxx, data, hyper.noise + jitter)
+
+
+def neg_log_posterior(config: StandardGPConfig, hyper: GPHyper, data: GPData) -> Array:
+    """MAP objective: ``-(ln p(y | theta) + ln p(theta))``."""
+    return -(log_marginal(config, hyper, data) + log_prior(config, hyper))
+
+
+def _lbfgs(config: StandardGPConfig, data: GPData, hyper0: GPHyper) -> tuple[GPHyper, Array]:
+    fun = lambda h: neg_log_posterior(config, h, data)
+    opt = optax.lbfgs(linesearch=optax.scale_by_zoom_linesearch(max_linesearch_steps=20))
+    value_and_grad = optax.value_and_grad_from_state(fun)
+
+    def body(_, carry):
+        h, state = carry
+        value, grad = value_and_grad(h, state=state)
+        updates, state = opt.update(grad, state, h, value=value, grad=grad, value_fn=fun)
+        h_new = optax.apply_updates(h, updates)
+        # A failed step (non-finite objective) keeps the previous iterate.
+        ok = jnp.isfinite(fun(h_new))
+        h = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), h_new, h)
+        return h, state
+
+    h, _ = jax.lax.fori_loop(0, config.fit_steps, body, (hyper0, opt.init(hyper0)))
+    value = fun(h)
+    return h, jnp.where(jnp.isfinite(value), value, jnp.inf)
+
+
+def fit(config: StandardGPConfig, data: GPData, warm: GPHyper | None = None) -> GPHyper:
+    """MAP hyperparameters by L-BFGS from the default start and, if given, a warm start.
+
+    Both starts run in one vmapped L-BFGS; the lower objective wins.
+    """
+    dtype = data.y.dtype
+    starts = [default_hyper(config, dtype)]
+    if warm is not None:
+        starts.append(jax.tree_util.tree_map(lambda a: a.astype(dtype), warm))
+    stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *starts)
+    hypers, values = jax.vmap(lambda h: _lbfgs(config, data, h))(stacked)
+    best = jnp.argmin(values)
+    return jax.tree_util.tree_map(lambda a: a[best], hypers)
+
+
+class StandardPosterior(NamedTuple):
+    hyper: GPHyper
+    X: Array
+    mask: Array
+    cache: PosteriorCache
+
+
+def posterior(config: StandardGPConfig, hyper: GPHyper, data: GPData, jitter: float = DEFAULT_JITTER) -> StandardPosterior:
+    """Condition the GP on ``data`` (one Cholesky, reused by :func:`predict`)."""
+    mean = jnp.full(data.y.shape, hyper.mean, data.y.dtype)
+    kxx = kernel_matrix(config, hyper, data.X, data.X)
+    return StandardPosterior(hyper, data.X, data.mask, posterior_cache(mean, kxx, data, hyper.noise + jitter))
+
+
+def predict(config: StandardGPConfig, post: StandardPosterior, X_test: Array) -> tuple[Array, Array]:
+    """Latent posterior mean and variance at ``(T, d)`` test points."""
+    k_cross = kernel_matrix(config, post.hyper, post.X, X_test)
+    mean_test = jnp.full(X_test.shape[:1], post.hyper.mean, X_test.dtype)
+    k_diag = jnp.full(X_test.shape[:1], post.hyper.outputscale, X_test.dtype)
+    return posterior_from_cache(post.cache, post.mask, mean_test, k_cross, k_diag)

@@ -1,0 +1,131 @@
+"""The Independent baseline's GP against scikit-learn kernels, scipy densities and scipy's L-BFGS-B."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.optimize
+import scipy.stats
+from sklearn.gaussian_process.kernels import RBF, Matern
+
+from pacd_jax import gp, standard_gp
+from pacd_jax.standard_gp import GPHyper, StandardGPConfig
+
+
+def _data(m, capacity, d, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(size=(capacity, d))
+    y = np.sin(4 * X.sum(-1)) + 0.05 * rng.normal(size=capacity)
+    X[m:] = 3.0
+    y[m:] = 11.0
+    return X, y
+
+
+def _hyper(d):
+    return GPHyper(
+        mean=jnp.asarray(0.2),
+        log_lengthscale=jnp.log(jnp.linspace(0.2, 0.6, d)),
+        log_outputscale=jnp.log(jnp.asarray(1.7)),
+        log_noise=jnp.log(jnp.asarray(0.03)),
+    )
+
+
+@pytest.mark.parametrize("kernel", ["matern52", "rbf"])
+def test_kernel_matches_sklearn(kernel):
+    with jax.enable_x64(True):
+        d = 3
+        cfg = StandardGPConfig(dim=d, kernel=kernel)
+        h = _hyper(d)
+        X, _ = _data(10, 10, d)
+        ls = np.exp(np.asarray(h.log_lengthscale))
+        ref_k = Matern(length_scale=ls, nu=2.5) if kernel == "matern52" else RBF(length_scale=ls)
+        ref = 1.7 * ref_k(X)
+        np.testing.assert_allclose(np.asarray(standard_gp.kernel_matrix(cfg, h, jnp.asarray(X), jnp.asarray(X))), ref, rtol=1e-12)
+        # finite gradient at zero distance (Matern's sqrt)
+        g = jax.grad(lambda x: standard_gp.kernel_matrix(cfg, h, x[None], x[None])[0, 0])(jnp.asarray(X[0]))
+        assert np.all(np.isfinite(np.asarray(g)))
+
+
+def test_log_marginal_matches_scipy_padded():
+    with jax.enable_x64(True):
+        d, m = 2, 8
+        cfg = StandardGPConfig(dim=d)
+        h = _hyper(d)
+        X, y = _data(m, 14, d)
+        data = gp.GPData(jnp.asarray(X), jnp.asarray(y), gp.make_mask(m, 14))
+        K = 1.7 * Matern(length_scale=np.exp(np.asarray(h.log_lengthscale)), nu=2.5)(X[:m])
+        K += (float(h.noise) + gp.DEFAULT_JITTER) * np.eye(m)
+        oracle = scipy.stats.multivariate_normal.logpdf(y[:m], 0.2 * np.ones(m), K)
+        np.testing.assert_allclose(float(standard_gp.log_marginal(cfg, h, data)), oracle, rtol=1e-10)
+
+
+def test_log_prior_matches_scipy_lognormal():
+    with jax.enable_x64(True):
+        d = 4
+        cfg = StandardGPConfig(dim=d)
+        h = _hyper(d)
+        loc, scale = cfg.lengthscale_prior
+        assert np.isclose(loc, np.sqrt(2) + 0.5 * np.log(d)) and np.isclose(scale, np.sqrt(3))
+        ls = np.exp(np.asarray(h.log_lengthscale))
+        ref = scipy.stats.lognorm.logpdf(ls, s=scale, scale=np.exp(loc)).sum()
+        ref += scipy.stats.lognorm.logpdf(1.7, s=1.0, scale=1.0)
+        ref += scipy.stats.lognorm.logpdf(float(h.noise), s=1.0, scale=np.exp(-4.0))
+        np.testing.assert_allclose(float(standard_gp.log_prior(cfg, h)), ref, rtol=1e-12)
+
+
+def test_fit_reaches_scipy_lbfgsb_optimum():
+    with jax.enable_x64(True):
+        d, m = 2, 12
+        cfg = StandardGPConfig(dim=d, fit_steps=100)
+        X, y = _data(m, 16, d, seed=3)
+        ys, _, _ = gp.standardise(jnp.asarray(y), gp.make_mask(m, 16))
+        data = gp.GPData(jnp.asarray(X), ys, gp.make_mask(m, 16))
+        fitted = jax.jit(lambda dt: standard_gp.fit(cfg, dt))(data)
+        ours = float(standard_gp.neg_log_posterior(cfg, fitted, data))
+
+        # independent optimiser: scipy L-BFGS-B from several starts on the same objective
+        h0 = standard_gp.default_hyper(cfg)
+        flat0, unravel = jax.flatten_util.ravel_pytree(h0)
+        obj = jax.jit(lambda v: standard_gp.neg_log_posterior(cfg, unravel(v), data))
+        grad = jax.jit(jax.grad(lambda v: standard_gp.neg_log_posterior(cfg, unravel(v), data)))
+        rng = np.random.default_rng(0)
+        best = np.inf
+        for s in range(6):
+            start = np.asarray(flat0) + (0 if s == 0 else rng.normal(scale=0.7, size=flat0.shape))
+            res = scipy.optimize.minimize(lambda v: float(obj(v)), start, jac=lambda v: np.asarray(grad(v)), method="L-BFGS-B")
+            best = min(best, res.fun)
+        assert ours <= best + 1e-4 * abs(best) + 1e-6
+        assert ours < float(standard_gp.neg_log_posterior(cfg, h0, data))
+
+
+def test_fit_is_finite_on_constant_and_duplicated_data():
+    cfg = StandardGPConfig(dim=2)
+    X = jnp.tile(jnp.asarray([[0.5, 0.5]]), (6, 1))
+    data = gp.GPData(X, jnp.zeros(6), gp.make_mask(6, 6))
+    h = jax.jit(lambda dt: standard_gp.fit(cfg, dt))(data)
+    assert all(np.all(np.isfinite(np.asarray(leaf))) for leaf in jax.tree_util.tree_leaves(h))
+
+
+def test_posterior_matches_closed_form():
+    with jax.enable_x64(True):
+        d, m = 2, 9
+        cfg = StandardGPConfig(dim=d)
+        h = _hyper(d)
+        X, y = _data(m, 12, d, seed=5)
+        data = gp.GPData(jnp.asarray(X), jnp.asarray(y), gp.make_mask(m, 12))
+        Xt = np.random.default_rng(1).uniform(size=(6, d))
+        mu, var = standard_gp.predict(cfg, standard_gp.posterior(cfg, h, data), jnp.asarray(Xt))
+        k = Matern(length_scale=np.exp(np.asarray(h.log_lengthscale)), nu=2.5)
+        K = 1.7 * k(X[:m]) + (float(h.noise) + gp.DEFAULT_JITTER) * np.eye(m)
+        Ks = 1.7 * k(X[:m], Xt)
+        mu_ref = 0.2 + Ks.T @ np.linalg.solve(K, y[:m] - 0.2)
+        var_ref = 1.7 - np.sum(Ks * np.linalg.solve(K, Ks), axis=0)
+        np.testing.assert_allclose(np.asarray(mu), mu_ref, rtol=1e-9)
+        np.testing.assert_allclose(np.asarray(var), var_ref, rtol=1e-7, atol=1e-12)
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="kernel"):
+        StandardGPConfig(dim=2, kernel="periodic")
+    with pytest.raises(ValueError, match="fit_steps"):
+        StandardGPConfig(dim=2, fit_steps=0)
