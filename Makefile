@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed-stamp
 CUDA_ENV := $(if $(wildcard /usr/local/cuda/include/cuda_runtime.h),CUDA_PATH=/usr/local/cuda,)
 
 RUN_OUT ?= runs/quickstart
-RUN_ITERS ?= 40
+RUN_ITERS ?= 100
 
 .PHONY: run test venv clean
 

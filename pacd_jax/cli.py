@@ -72,6 +72,13 @@ def _float(text: str) -> float:
     return value
 
 
+def _float_pair(text: str) -> list[float]:
+    parts = text.split(",")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"expected MEAN,STD, got {text!r}")
+    return [_float(p) for p in parts]
+
+
 def build_parser() -> argparse.ArgumentParser:
     from pacd_jax.config import BACKENDS, METHODS, RunConfig
 
@@ -101,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     meta.add_argument("--hidden", type=_int_list, default=list(defaults.hidden), help="hidden widths of the mean and feature MLPs (default 32,32)")
     meta.add_argument("--features", type=_positive_int, default=defaults.features, help="kernel feature dimension F (default %(default)s)")
     meta.add_argument("--kernel-variance", type=_float, default=defaults.kernel_variance, help="kernel output scale s (default %(default)s, paper eq. 5)")
+    meta.add_argument("--noise-prior", type=_float_pair, default=list(defaults.noise_prior), metavar="MEAN,STD",
+                      help="Gaussian hyper-prior of the raw noise, softplus(raw) + floor = noise variance (default -4,1)")
+    meta.add_argument("--noise-floor", type=_float, default=defaults.noise_floor, help="noise variance floor (default %(default)s)")
     meta.add_argument("--svgd-steps", type=_nonneg_int, default=defaults.svgd_steps, help="SVGD steps per round (default %(default)s)")
     meta.add_argument("--svgd-steps-init", type=_nonneg_int, default=defaults.svgd_steps_init, help="SVGD steps in round 0 (default %(default)s)")
     meta.add_argument("--lr", type=_float, default=defaults.learning_rate, help="Adam learning rate (default %(default)s)")
@@ -110,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     acq = run.add_argument_group("acquisition")
     acq.add_argument("--kappa", type=_float, default=defaults.kappa, help="UCB exploration weight (default %(default)s)")
     acq.add_argument("--candidates", type=_positive_int, default=defaults.num_candidates, help="random candidates (default %(default)s)")
+    acq.add_argument("--local-candidates", type=_nonneg_int, default=defaults.num_local, help="candidates drawn around the best observed point (default %(default)s)")
     acq.add_argument("--refine", type=_positive_int, default=defaults.num_refine, help="candidates refined by gradient (default %(default)s)")
     acq.add_argument("--refine-steps", type=_nonneg_int, default=defaults.refine_steps, help="refinement steps (default %(default)s)")
 
@@ -180,6 +191,8 @@ def _config_from_args(args):
         hidden=tuple(args.hidden),
         features=args.features,
         kernel_variance=args.kernel_variance,
+        noise_prior=tuple(args.noise_prior),
+        noise_floor=args.noise_floor,
         svgd_steps=args.svgd_steps,
         svgd_steps_init=args.svgd_steps_init,
         learning_rate=args.lr,
@@ -187,6 +200,7 @@ def _config_from_args(args):
         meta_lambda=args.meta_lambda,
         kappa=args.kappa,
         num_candidates=args.candidates,
+        num_local=args.local_candidates,
         num_refine=args.refine,
         refine_steps=args.refine_steps,
         gp_kernel=args.gp_kernel,

@@ -50,7 +50,7 @@ def append(buf: ClientBuffer, x: Array, y: Array) -> ClientBuffer:
     """
     x = jnp.atleast_2d(x).astype(buf.X.dtype)
     y = jnp.atleast_1d(y).astype(buf.y.dtype)
-    X = jax.lax.dynamic_update_slice(buf.X, x, (buf.count, 0))
+    X = jax.lax.dynamic_update_slice(buf.X, x, (buf.count, jnp.zeros_like(buf.count)))
     Y = jax.lax.dynamic_update_slice(buf.y, y, (buf.count,))
     return ClientBuffer(X, Y, buf.count + x.shape[0])
 

@@ -44,6 +44,7 @@ class RunConfig:
             5 for d <= 2, 10 otherwise), noise_std (None: the family's default).
     Meta-learner (DESIGN.md section 3):
         num_particles K, hidden, features, kernel_variance, learn_lengthscale,
+        noise_prior (mean, std of the raw noise), noise_floor,
         svgd_steps per round (svgd_steps_init in round 0), learning_rate
         (Adam), prior_factor, meta_lambda (None: N).
     Acquisition:
@@ -69,9 +70,11 @@ class RunConfig:
     features: int = 2
     kernel_variance: float = 0.5
     learn_lengthscale: bool = True
+    noise_prior: tuple[float, float] = (-4.0, 1.0)
+    noise_floor: float = 1e-3
     svgd_steps: int = 50
     svgd_steps_init: int = 500
-    learning_rate: float = 1e-3
+    learning_rate: float = 1e-2
     prior_factor: float = 0.01
     meta_lambda: float | None = None
     # acquisition
@@ -118,6 +121,13 @@ class RunConfig:
         _check_float("kernel_variance", self.kernel_variance, 0.0)
         if not isinstance(self.learn_lengthscale, bool):
             raise ValueError(f"learn_lengthscale must be a bool, got {self.learn_lengthscale!r}")
+        noise_prior = tuple(self.noise_prior)
+        if len(noise_prior) != 2:
+            raise ValueError(f"noise_prior must be (mean, std), got {self.noise_prior!r}")
+        _check_float("noise_prior mean", noise_prior[0], -math.inf, strict=False)
+        _check_float("noise_prior std", noise_prior[1], 0.0)
+        object.__setattr__(self, "noise_prior", tuple(float(v) for v in noise_prior))
+        _check_float("noise_floor", self.noise_floor, 0.0)
         _check_int("svgd_steps", self.svgd_steps, 0, 10**7)
         _check_int("svgd_steps_init", self.svgd_steps_init, 0, 10**7)
         _check_float("learning_rate", self.learning_rate, 0.0)

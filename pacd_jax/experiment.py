@@ -17,11 +17,14 @@ TaskFactory = Callable[[int, int], tasks.TaskFamily]
 
 
 def _families(config: RunConfig, factory: TaskFactory | None) -> list[tasks.TaskFamily]:
+    user = factory is not None
     if factory is None:
         factory = lambda n, s: tasks.make(config.benchmark, num_clients=n, seed=s)
     fams = []
     for seed in config.seeds:
         fam = factory(config.num_clients, seed)
+        if user:
+            tasks.check_family(fam)
         if int(fam.num_clients) != config.num_clients:
             raise ValueError(
                 f"task family {getattr(fam, 'name', '?')!r} has {fam.num_clients} clients, "

@@ -121,7 +121,7 @@ def bo_round(problem: Problem, method: Method, state: RunState, round_idx: Array
     y = problem.observe(f, seed, round_idx)
     buffers = jax.vmap(append)(state.buffers, x, y)
     count = state.buffers.count[0]
-    f_buf = jax.lax.dynamic_update_slice(state.f, f[:, None].astype(state.f.dtype), (0, count))
+    f_buf = jax.lax.dynamic_update_slice(state.f, f[:, None].astype(state.f.dtype), (jnp.zeros_like(count), count))
     return RunState(buffers, f_buf, model), (x, y)
 
 

@@ -52,6 +52,8 @@ def meta_gp(config: RunConfig, dim: int) -> MetaGP:
             features=config.features,
             kernel_variance=config.kernel_variance,
             learn_lengthscale=config.learn_lengthscale,
+            noise_prior=config.noise_prior,
+            noise_floor=config.noise_floor,
         )
     )
 

@@ -58,7 +58,7 @@ def plot_convergence(doc: dict, path: str | os.PathLike, title: str | None = Non
             label=f"{METHOD_LABELS.get(doc['method'], doc['method'])} (mean)")
     ax.fill_between(rounds, np.maximum(mean - std, floor), np.maximum(mean + std, floor), color=colour, alpha=0.2)
     ax.set_yscale("log")
-    ax.set_xlabel("BO round t (evaluations per client after the initial design)")
+    ax.set_xlabel("BO round t (queries per client)")
     ax.set_ylabel("normalised regret (dimensionless)")
     ax.set_title(title or f"{doc['benchmark']}: {doc['num_clients']} clients, {len(doc['results'])} seed(s)", fontsize=9)
     ax.legend(fontsize=7)

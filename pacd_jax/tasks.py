@@ -666,7 +666,9 @@ def make(name: str, num_clients: int = 5, seed: int = 0) -> TaskFamily:
 def check_family(fam: Any) -> None:
     """Check that ``fam`` implements the :class:`TaskFamily` interface sensibly.
 
-    Evaluates every client at the box centre and asks for every optimum.
+    Evaluates every client at the box centre (checking the output shape; a
+    non-finite value is left for the loop to report with client and round)
+    and asks for every optimum.
 
     Raises:
         ValueError: with what is wrong.
@@ -694,8 +696,7 @@ def check_family(fam: Any) -> None:
         f = np.asarray(fam.evaluate(i, centre))
         if f.shape != (2,):
             raise ValueError(f"{label}: evaluate(i, x) with x of shape {centre.shape} must return shape (2,), got {f.shape}")
-        if not np.all(np.isfinite(f)):
-            raise ValueError(f"{label}: evaluate({i}, box centre) is not finite")
+        # Non-finite values are reported by the loop, with client, round and seed.
         try:
             x_star, f_star = fam.optimum(i)
         except (TypeError, ValueError) as exc:

@@ -103,9 +103,9 @@ def test_hyperprior_density_score_and_samples():
     with jax.enable_x64(True):
         model = MetaGP(MetaGPConfig(dim=2, features=3))
         mean, std = model.hyperprior_mean, model.hyperprior_std
-        # the documented PACOH hyper-prior: weights 0.5, biases 3, lengthscale N(0,1), noise N(-1,1)
+        # the documented hyper-prior: weights 0.5, biases 3 (PACOH), lengthscale N(0,1), noise N(-4,1)
         assert set(np.unique(std)) == {0.5, 1.0, 3.0}
-        assert np.sum(mean == -1.0) == 1 and np.sum(std == 1.0) == 4
+        assert np.sum(mean == -4.0) == 1 and np.sum(std == 1.0) == 4
         phi = model.sample_hyperprior(jax.random.key(9), 3)
         oracle = scipy.stats.norm.logpdf(np.asarray(phi), mean, std).sum(-1)
         np.testing.assert_allclose(np.asarray(model.log_hyperprior(phi)), oracle, rtol=1e-12)

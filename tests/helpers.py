@@ -1,0 +1,99 @@
+"""Shared small settings and user-style task families for the loop, API and CLI tests."""
+
+import jax.numpy as jnp
+import numpy as np
+
+from pacd_jax import keys, tasks
+from pacd_jax.config import RunConfig
+
+#: A run small enough for CI: few particles, small nets, few steps and candidates.
+SMALL = dict(
+    num_particles=3,
+    hidden=(8, 8),
+    svgd_steps=5,
+    svgd_steps_init=20,
+    num_candidates=64,
+    num_local=16,
+    num_refine=2,
+    refine_steps=5,
+    gp_fit_steps=10,
+)
+
+
+def small_config(**changes) -> RunConfig:
+    return RunConfig(**{**SMALL, "iters": 3, **changes})
+
+
+class Shifted(tasks.TaskFamily):
+    """A user family written as a plain class (closure-style, no split override)."""
+
+    name, dim, noise_std = "shifted", 1, 0.0
+
+    def __init__(self, num_clients, seed, bad_round=None, bad_client=0):
+        self.num_clients = num_clients
+        self.bounds = np.array([[-1.0, 1.0]])
+        self.shift = np.linspace(-0.5, 0.5, num_clients) + 0.01 * seed
+        self.bad_round = bad_round
+        self.bad_client = bad_client
+
+    def evaluate(self, i, x):
+        value = (jnp.asarray(x)[..., 0] - self.shift[i]) ** 2
+        return value
+
+    def optimum(self, i):
+        return np.array([self.shift[i]]), 0.0
+
+
+class NaNRegion(Shifted):
+    """Client 1 returns NaN on ``x < threshold`` (everywhere with the default)."""
+
+    name = "nan-region"
+    threshold = 2.0
+
+    def evaluate(self, i, x):
+        value = super().evaluate(i, x)
+        if i == 1:
+            value = jnp.where(jnp.asarray(x)[..., 0] < self.threshold, jnp.nan, value)
+        return value
+
+
+class NaNOffDesign(Shifted):
+    """Client 1 is finite at its initial-design points only: its first BO query returns NaN."""
+
+    name = "nan-off-design"
+
+    def __init__(self, num_clients, seed):
+        super().__init__(num_clients, seed)
+        unit = np.asarray(tasks.collaborative_lhs(keys.stream(seed, "design"), num_clients, 5, 1))
+        self.design = self.bounds[0, 0] + unit[1, :, 0] * (self.bounds[0, 1] - self.bounds[0, 0])
+
+    def evaluate(self, i, x):
+        value = super().evaluate(i, x)
+        if i == 1:
+            x0 = jnp.asarray(x)[..., 0]
+            near = jnp.min(jnp.abs(x0[..., None] - jnp.asarray(self.design, x0.dtype)), axis=-1) < 1e-4
+            value = jnp.where(near, value, jnp.nan)
+        return value
+
+
+def shifted_factory(num_clients, seed):
+    return Shifted(num_clients, seed)
+
+
+def nan_factory(num_clients, seed):
+    return NaNRegion(num_clients, seed)
+
+
+def nan_round_factory(num_clients, seed):
+    return NaNOffDesign(num_clients, seed)
+
+
+class WrongShape(Shifted):
+    name = "wrong-shape"
+
+    def evaluate(self, i, x):
+        return jnp.asarray(x)  # keeps the trailing d axis: wrong
+
+
+def wrong_shape_factory(num_clients, seed):
+    return WrongShape(num_clients, seed)
