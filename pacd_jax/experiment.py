@@ -77,14 +77,14 @@ def _run(config, task_factory, on_round) -> dict:
     fams = _families(config, task_factory)
     dim = int(fams[0].dim)
     method = methods.build(config, dim)
-    splits = [fam.split() for fam in fams]
-    problems = [loop.problem_from_family(f, config.iters, config.init_points, config.noise_std)[0] for f in fams]
+    built = [loop.problem_from_family(f, config.iters, config.init_points, config.noise_std) for f in fams]
+    problems = [problem for problem, _ in built]
 
-    if _vectorisable(splits):
-        params = jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *[p for p, _ in splits])
+    if _vectorisable([(params, problem.evaluate) for problem, params in built]):
+        params = jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *[p for _, p in built])
         batches = [(problems[0], list(config.seeds), params, True)]
     else:
-        batches = [(problems[k], [s], splits[k][0], False) for k, s in enumerate(config.seeds)]
+        batches = [(problem, [s], params, False) for (problem, params), s in zip(built, config.seeds)]
 
     total = config.iters * len(batches)
     done = [0]
