@@ -79,7 +79,7 @@ def _float_pair(text: str) -> list[float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pacd_jax.config import BACKENDS, METHODS, RunConfig
+    from pacd_jax.config import BACKENDS, METHODS, TRANSPORTS, RunConfig
 
     defaults = RunConfig()
     parser = _Parser(prog="pacd-bo", description="Privacy-aware collaborative and distributed Bayesian optimisation.")
@@ -128,7 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
     ind.add_argument("--gp-fit-steps", type=_positive_int, default=defaults.gp_fit_steps, help="L-BFGS steps per round (default %(default)s)")
 
     out = run.add_argument_group("execution and output")
-    out.add_argument("--backend", choices=BACKENDS, default=defaults.backend, help="default %(default)s")
+    out.add_argument("--backend", choices=BACKENDS, default=defaults.backend,
+                     help="vmap: all clients in one process; mpi: under `mpiexec -n N+1`, rank 0 coordinates, ranks 1..N are the clients (default %(default)s)")
+    out.add_argument("--transport", choices=TRANSPORTS, default=defaults.transport,
+                     help="mpi: how gradients reach rank 0: gather (MPI_Gather, the paper's) or p2p (one direct message per client) (default %(default)s)")
+    out.add_argument("--share-results", action="store_true",
+                     help="mpi: clients also send their queried points and values to rank 0 at the end (a privacy choice; off: only regret curves and best values)")
+    out.add_argument("--comm-log", metavar="FILE", help="mpi: log every message (round, step, sender, receiver, shape, dtype, bytes) as JSON lines")
     out.add_argument("--x64", action="store_true", help="compute in float64")
     out.add_argument("--out", required=True, metavar="DIR", help="output folder for run.json and the plot")
     out.add_argument("--format", choices=("png", "pdf"), default="png", help="figure format (default %(default)s)")
@@ -183,6 +189,8 @@ def _config_from_args(args):
         init_points=args.init_points,
         noise_std=args.noise_std,
         backend=args.backend,
+        transport=args.transport,
+        share_results=args.share_results,
         x64=args.x64,
         num_particles=args.particles,
         hidden=tuple(args.hidden),
@@ -243,17 +251,35 @@ def cmd_run(args) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {str(out)!r} exists and is not a folder")
-    bar, on_round = _progress(config.iters, args.quiet)
+    if args.comm_log is not None and config.backend != "mpi":
+        raise UsageError("--comm-log needs --backend mpi")
+    root = config.backend != "mpi" or _world_rank() == 0
+    bar, on_round = _progress(config.iters * len(config.seeds), args.quiet or not root)
     try:
-        doc = experiment.run(config, factory, on_round)
+        doc = experiment.run(config, factory, on_round, args.comm_log)
     finally:
         bar.close()
+    if doc is None:  # an MPI client rank: rank 0 writes the outputs
+        return 0
     io.write_json(out / "run.json", doc)
     plotting.plot_convergence(doc, out / f"convergence.{args.format}")
     if not args.quiet:
         _print_summary(doc)
         print(f"wrote {out / 'run.json'} and {out / f'convergence.{args.format}'}")
     return 0
+
+
+def _world_rank() -> int:
+    from pacd_jax.distributed.process import world_rank
+
+    return world_rank()
+
+
+def _prepare_mpi_process(argv) -> None:
+    """Before JAX starts: one core per rank (see :mod:`pacd_jax.distributed.process`)."""
+    from pacd_jax.distributed.process import pin_one_core_per_rank
+
+    pin_one_core_per_rank(_world_rank())
 
 
 COMMANDS = {"run": cmd_run}
@@ -263,6 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
+        if getattr(args, "backend", None) == "mpi":
+            _prepare_mpi_process(argv)
         return COMMANDS[args.command](args)
     except UsageError as exc:
         print(f"{exc.prog}: error: {exc}", file=sys.stderr)

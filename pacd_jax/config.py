@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 METHODS = ("pacd", "pacoh", "independent")
-BACKENDS = ("vmap",)
+BACKENDS = ("vmap", "mpi")
+TRANSPORTS = ("gather", "p2p")
 BENCHMARKS = ("sinusoid", "branin", "hartmann6", "wingweight")
 
 
@@ -51,8 +52,14 @@ class RunConfig:
         kappa, num_candidates, num_local, num_refine, refine_steps.
     Independent baseline:
         gp_kernel (``matern52`` or ``rbf``), gp_fit_steps (L-BFGS steps per round).
-    Numerics:
-        x64 (float64 everywhere), backend.
+    Execution:
+        backend (``vmap``: one process; ``mpi``: coordinator on rank 0, one
+        client per rank), transport (MPI: ``gather`` collects the gradients
+        with MPI_Gather as the paper does; ``p2p`` with one point-to-point
+        message per client, so no gradient passes through another client's
+        process), share_results (MPI: clients also send their queried points
+        and values to rank 0 at the end; a privacy choice, off by default),
+        x64 (float64 everywhere).
     """
 
     benchmark: str = "branin"
@@ -63,6 +70,8 @@ class RunConfig:
     init_points: int | None = None
     noise_std: float | None = None
     backend: str = "vmap"
+    transport: str = "gather"
+    share_results: bool = False
     x64: bool = False
     # meta-learner
     num_particles: int = 10
@@ -94,6 +103,10 @@ class RunConfig:
             raise ValueError(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"unknown transport {self.transport!r}; choose one of {', '.join(TRANSPORTS)}")
+        if not isinstance(self.share_results, bool):
+            raise ValueError(f"share_results must be a bool, got {self.share_results!r}")
         _check_int("num_clients", self.num_clients, 1, 4096)
         _check_int("iters", self.iters, 1, 100_000)
         seeds = tuple(self.seeds)

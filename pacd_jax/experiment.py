@@ -10,13 +10,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pacd_jax import loop, methods, metrics, tasks
+from pacd_jax import loop, messages, methods, metrics, tasks
 from pacd_jax.config import RunConfig
 
 TaskFactory = Callable[[int, int], tasks.TaskFamily]
 
 
-def _families(config: RunConfig, factory: TaskFactory | None) -> list[tasks.TaskFamily]:
+def build_families(config: RunConfig, factory: TaskFactory | None) -> list[tasks.TaskFamily]:
+    """One task family per seed (checked when it comes from a user factory)."""
     user = factory is not None
     if factory is None:
         factory = lambda n, s: tasks.make(config.benchmark, num_clients=n, seed=s)
@@ -52,8 +53,13 @@ def run(
     config: RunConfig,
     task_factory: TaskFactory | None = None,
     on_round: Callable[[int, int], None] | None = None,
-) -> dict:
+    comm_log: str | None = None,
+) -> dict | None:
     """Run ``config`` and return the ``run.json`` document.
+
+    With ``config.backend == "mpi"`` this must be called on every rank of an
+    MPI job (see :func:`pacd_jax.distributed.backend.run`); it returns the
+    document on rank 0 and None on the client ranks.
 
     Args:
         config: the run's options.
@@ -61,11 +67,18 @@ def run(
             ``tasks.make(config.benchmark, ...)``.
         on_round: progress callback ``on_round(rounds_done, rounds_total)``
             counting rounds over all seed batches.
+        comm_log: MPI backend only: write every message to this JSON-lines file.
 
     Raises:
         ValueError: bad configuration or task; :class:`loop.NonFiniteObjectiveError`
             when a task returns NaN/inf (naming seed, client and round).
     """
+    if config.backend == "mpi":
+        from pacd_jax.distributed.backend import run as run_mpi
+
+        return run_mpi(config, task_factory, on_round, comm_log)
+    if comm_log is not None:
+        raise ValueError("a communication log needs the mpi backend (--backend mpi)")
     x64 = jax.enable_x64(True) if config.x64 else contextlib.nullcontext()
     with x64:
         return _run(config, task_factory, on_round)
@@ -74,7 +87,7 @@ def run(
 def _run(config, task_factory, on_round) -> dict:
     start = time.perf_counter()
     dtype = jnp.result_type(float)
-    fams = _families(config, task_factory)
+    fams = build_families(config, task_factory)
     dim = int(fams[0].dim)
     method = methods.build(config, dim)
     built = [loop.problem_from_family(f, config.iters, config.init_points, config.noise_std) for f in fams]
@@ -104,41 +117,76 @@ def _run(config, task_factory, on_round) -> dict:
             by_seed[seed] = (res.X[j], res.y[j], res.f[j])
 
     problem = problems[0]
-    m0 = problem.init_points
-    seed_docs, finals, aucs = [], [], []
-    for k, seed in enumerate(config.seeds):
+    seed_clients = []
+    for fam, seed in zip(fams, config.seeds):
         X, y, f = by_seed[seed]
-        fam = fams[k]
-        clients = []
-        for i in range(config.num_clients):
-            _, f_star = fam.optimum(i)
-            regret = metrics.normalised_regret(f[i], float(f_star), m0)
-            clients.append(
-                {
-                    "client": i,
-                    "X": X[i].tolist(),
-                    "y": y[i].tolist(),
-                    "f": f[i].tolist(),
-                    "regret": regret.tolist(),
-                    "final_regret": float(regret[-1]),
-                    "auc": float(metrics.early_auc(regret)),
-                }
-            )
-        finals.append(np.mean([c["final_regret"] for c in clients]))
-        aucs.append(np.mean([c["auc"] for c in clients]))
-        seed_docs.append({"seed": seed, "clients": clients})
+        clients = [
+            client_summary(i, X[i], y[i], f[i], fam.optimum(i)[1], problem.init_points, share=True)
+            for i in range(config.num_clients)
+        ]
+        seed_clients.append((seed, clients))
+    return document(
+        config,
+        benchmark=getattr(fams[0], "name", config.benchmark),
+        init_points=problem.init_points,
+        noise_std=problem.noise_std,
+        seed_clients=seed_clients,
+        wall_time_s=time.perf_counter() - start,
+        num_params=method_num_params(config, dim),
+    )
 
+
+def method_num_params(config: RunConfig, dim: int) -> int:
+    """P, the length of one particle (what each message carries K of)."""
+    return methods.meta_gp(config, dim).num_params if messages.communicates(config) else 0
+
+
+def client_summary(client_id: int, X, y, f, f_star: float, init_points: int, share: bool) -> dict:
+    """What one client reports for one seed: its regret curve, AUC and best observed value.
+
+    With ``share`` the queried points ``X`` (original units), the observed ``y``
+    and the noise-free ``f`` are included; otherwise they are ``None`` (the MPI
+    backend's default: a client publishes its curve, not its data).
+    """
+    f = np.asarray(f, np.float64)
+    regret = metrics.normalised_regret(f, float(f_star), init_points)
     return {
-        "benchmark": getattr(fams[0], "name", config.benchmark),
+        "client": int(client_id),
+        "X": np.asarray(X, np.float64).tolist() if share else None,
+        "y": np.asarray(y, np.float64).tolist() if share else None,
+        "f": f.tolist() if share else None,
+        "regret": regret.tolist(),
+        "final_regret": float(regret[-1]),
+        "auc": float(metrics.early_auc(regret)),
+        "best_y": float(np.min(y)),
+    }
+
+
+def document(
+    config: RunConfig,
+    *,
+    benchmark: str,
+    init_points: int,
+    noise_std: float,
+    seed_clients: list,
+    wall_time_s: float,
+    num_params: int,
+) -> dict:
+    """Assemble ``run.json`` from every seed's client summaries (both backends use this)."""
+    finals = [np.mean([c["final_regret"] for c in clients]) for _, clients in seed_clients]
+    aucs = [np.mean([c["auc"] for c in clients]) for _, clients in seed_clients]
+    return {
+        "benchmark": benchmark,
         "method": config.method,
         "backend": config.backend,
         "num_clients": config.num_clients,
         "iters": config.iters,
-        "config": {**config.to_dict(), "init_points": m0, "noise_std": problem.noise_std},
-        "wall_time_s": time.perf_counter() - start,
+        "config": {**config.to_dict(), "init_points": init_points, "noise_std": noise_std},
+        "wall_time_s": wall_time_s,
         "epsilon": None,
         "summary": metrics.summarise(np.asarray(finals), np.asarray(aucs)),
-        "results": seed_docs,
+        "communication": messages.schedule(config, num_params, messages.itemsize(config.x64)),
+        "results": [{"seed": seed, "clients": clients} for seed, clients in seed_clients],
     }
 
 

@@ -53,10 +53,24 @@ class Problem:
     iters: int
     noise_std: float
     evaluate: Callable
+    #: global ids of the clients this process simulates (all of them in the
+    #: vmap backend, one in an MPI client rank); keys derive from these ids.
+    client_ids: tuple[int, ...] | None = None
+    #: clients in the whole federation (for the collaborative design).
+    total_clients: int | None = None
 
     @property
     def capacity(self) -> int:
         return self.init_points + self.iters
+
+    @property
+    def ids(self) -> Array:
+        ids = self.client_ids if self.client_ids is not None else tuple(range(self.num_clients))
+        return jnp.asarray(ids, jnp.int32)
+
+    def client_keys(self, seed: Array, name: str, round_idx: Array | int) -> Array:
+        """One key per local client from (seed, purpose, global client id, round)."""
+        return jax.vmap(lambda i: keys.client_key(seed, name, i, round_idx))(self.ids)
 
     def to_original(self, x_unit: Array) -> Array:
         lower = jnp.asarray(self.lower, x_unit.dtype)
@@ -73,11 +87,8 @@ class Problem:
         """``y = f + noise`` (paper eq. 1) with keys from (seed, client, round)."""
         if self.noise_std == 0.0:
             return f
-
-        def one(i, fi):
-            return tasks.add_noise(keys.client_key(seed, "noise", i, round_idx), fi, self.noise_std)
-
-        return jax.vmap(one)(jnp.arange(self.num_clients), f)
+        keys_ = self.client_keys(seed, "noise", round_idx)
+        return jax.vmap(lambda k, fi: tasks.add_noise(k, fi, self.noise_std))(keys_, f)
 
 
 def problem_from_family(family: tasks.TaskFamily, iters: int, init_points: int | None, noise_std: float | None) -> tuple[Problem, Any]:
@@ -100,7 +111,10 @@ def problem_from_family(family: tasks.TaskFamily, iters: int, init_points: int |
 def initial_state(problem: Problem, method: Method, seed: Array, params: Any, dtype) -> RunState:
     """Collaborative LHS design, its evaluations, and the method's initial state."""
     n, m0, d = problem.num_clients, problem.init_points, problem.dim
-    x0 = tasks.collaborative_lhs(keys.stream(seed, "design"), n, m0, d).astype(dtype)
+    total = problem.total_clients or n
+    # The design is a function of the shared seed only: every client can derive
+    # the federation-wide LHS and keep its own rows, with no data exchanged.
+    x0 = tasks.collaborative_lhs(keys.stream(seed, "design"), total, m0, d)[problem.ids].astype(dtype)
     f0 = problem.evaluate_all(params, x0)
     y0 = problem.observe(f0, seed, -1)
     empty = empty_buffer(problem.capacity, d, dtype)
@@ -116,7 +130,7 @@ def bo_round(problem: Problem, method: Method, state: RunState, round_idx: Array
         ``(state, (x_unit, y))`` with the new queries ``(N, d)`` and observations ``(N,)``.
     """
     model = method.learn(state.model, state.buffers, round_idx)
-    x = method.propose(model, state.buffers, seed, round_idx)
+    x = method.propose(model, state.buffers, problem.client_keys(seed, "propose", round_idx))
     f = problem.evaluate_all(params, x)
     y = problem.observe(f, seed, round_idx)
     buffers = jax.vmap(append)(state.buffers, x, y)
@@ -125,14 +139,15 @@ def bo_round(problem: Problem, method: Method, state: RunState, round_idx: Array
     return RunState(buffers, f_buf, model), (x, y)
 
 
-def _check_finite(values: np.ndarray, seeds: Sequence[int], where: str) -> None:
-    """``values``: ``(S, N, ...)`` observations of the seeds in ``seeds``."""
+def _check_finite(values, seeds: Sequence[int], client_ids: np.ndarray, where: str) -> None:
+    """``values``: ``(S, N, ...)`` observations of the seeds in ``seeds``, clients ``client_ids``."""
+    values = np.asarray(values)
     bad = ~np.isfinite(values)
     if bad.any():
         s, i = np.argwhere(bad)[0][:2]
         value = values[(s, i) + tuple(np.argwhere(bad[s, i])[0])] if values.ndim > 2 else values[s, i]
         raise NonFiniteObjectiveError(
-            f"client {int(i)} returned a non-finite objective value ({float(value)}) {where} (seed {seeds[s]})"
+            f"client {int(client_ids[i])} returned a non-finite objective value ({float(value)}) {where} (seed {seeds[s]})"
         )
 
 
@@ -158,27 +173,40 @@ def run_batch(
     batched_params: bool,
     dtype,
     on_round: Callable[[int], None] | None = None,
+    vectorise: bool = True,
 ) -> SeedResults:
-    """Run all rounds for a batch of seeds, vmapped over the seeds.
+    """Run all rounds for a batch of seeds.
 
     Args:
         params: the family parameters; stacked over seeds when ``batched_params``.
         on_round: called with the round index after each round (progress bars).
+        vectorise: ``vmap`` the rounds over the seeds. Without it (one seed),
+            the round is jitted as it is, which lets a method's ``learn``
+            contain collective communication (the MPI backend), which has no
+            batching rule.
     """
     seed_arr = jnp.asarray(seeds, jnp.int32)
-    p_axis = 0 if batched_params else None
+    if vectorise:
+        p_axis = 0 if batched_params else None
+        init = jax.jit(jax.vmap(lambda s, p: initial_state(problem, method, s, p, dtype), (0, p_axis)))
+        round_fn = jax.jit(jax.vmap(lambda st, t, s, p: bo_round(problem, method, st, t, s, p), (0, None, 0, p_axis)))
+        batch = lambda a: a
+    else:
+        if len(seeds) != 1 or batched_params:
+            raise ValueError("an unvectorised run takes one seed and unstacked parameters")
+        init = jax.jit(lambda s, p: initial_state(problem, method, s[0], p, dtype))
+        round_fn = jax.jit(lambda st, t, s, p: bo_round(problem, method, st, t, s[0], p))
+        batch = lambda a: np.asarray(a)[None]
 
-    init = jax.jit(jax.vmap(lambda s, p: initial_state(problem, method, s, p, dtype), (0, p_axis)))
-    round_fn = jax.jit(
-        jax.vmap(lambda st, t, s, p: bo_round(problem, method, st, t, s, p), (0, None, 0, p_axis))
-    )
-
+    ids = np.asarray(problem.ids)
     state = init(seed_arr, params)
-    _check_finite(np.asarray(state.buffers.y[:, :, : problem.init_points]), list(seeds), "in the initial design")
+    _check_finite(batch(state.buffers.y[..., : problem.init_points]), list(seeds), ids, "in the initial design")
     for t in range(problem.iters):
         state, (_, y) = round_fn(state, jnp.asarray(t, jnp.int32), seed_arr, params)
-        _check_finite(np.asarray(y), list(seeds), f"at round {t}")
+        _check_finite(batch(y), list(seeds), ids, f"at round {t}")
         if on_round is not None:
             on_round(t)
-    X = np.asarray(problem.to_original(state.buffers.X), np.float64)
-    return SeedResults(list(seeds), X, np.asarray(state.buffers.y, np.float64), np.asarray(state.f, np.float64))
+    X = batch(problem.to_original(state.buffers.X))
+    return SeedResults(
+        list(seeds), np.asarray(X, np.float64), np.asarray(batch(state.buffers.y), np.float64), np.asarray(batch(state.f), np.float64)
+    )

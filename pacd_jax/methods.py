@@ -27,12 +27,13 @@ Array = jax.Array
 
 class Method(NamedTuple):
     """``init(seed, buffers) -> state``, ``learn(state, buffers, t) -> state``,
-    ``propose(state, buffers, seed, t) -> (N, d)``. ``buffers`` are stacked over clients."""
+    ``propose(state, buffers, keys) -> (N, d)``. ``buffers`` and the per-client
+    proposal ``keys`` are stacked over clients."""
 
     name: str
     init: Callable[[Array, ClientBuffer], Any]
     learn: Callable[[Any, ClientBuffer, Array], Any]
-    propose: Callable[[Any, ClientBuffer, Array, Array], Array]
+    propose: Callable[[Any, ClientBuffer, Array], Array]
 
 
 def maximiser_config(config: RunConfig) -> MaximiserConfig:
@@ -56,10 +57,6 @@ def meta_gp(config: RunConfig, dim: int) -> MetaGP:
             noise_floor=config.noise_floor,
         )
     )
-
-
-def _proposal_keys(seed: Array, num_clients: int, round_idx: Array) -> Array:
-    return jax.vmap(lambda i: keys.client_key(seed, "propose", i, round_idx))(jnp.arange(num_clients))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +99,6 @@ def meta_learner(config: RunConfig, dim: int) -> MetaLearner:
 def pacd(config: RunConfig, dim: int) -> Method:
     """PACD-BO (paper section III): SVGD on the aggregated score, UCB on the K-GP mixture."""
     learner = meta_learner(config, dim)
-    maximiser = maximiser_config(config)
 
     def init(seed, buffers):
         return learner.init(seed, buffers.X.dtype)
@@ -118,13 +114,17 @@ def pacd(config: RunConfig, dim: int) -> Method:
 
         return jax.lax.fori_loop(0, learner.num_steps(round_idx), one_step, state)
 
-    def propose(state, buffers, seed, round_idx):
-        keys_ = _proposal_keys(seed, buffers.X.shape[0], round_idx)
-        return jax.vmap(client.propose_meta, (None, None, 0, 0, None, None))(
-            learner.model, state.particles, buffers, keys_, config.kappa, maximiser
-        )
+    def propose(state, buffers, keys_):
+        return propose_meta_all(learner, config, state.particles, buffers, keys_)
 
     return Method(config.method, init, learn, propose)
+
+
+def propose_meta_all(learner: MetaLearner, config: RunConfig, particles: Array, buffers: ClientBuffer, keys_: Array) -> Array:
+    """Every client's UCB query on the K-particle mixture (clients stacked; eq. 8-10)."""
+    return jax.vmap(client.propose_meta, (None, None, 0, 0, None, None))(
+        learner.model, particles, buffers, keys_, config.kappa, maximiser_config(config)
+    )
 
 
 def independent(config: RunConfig, dim: int) -> Method:
@@ -142,8 +142,7 @@ def independent(config: RunConfig, dim: int) -> Method:
         del round_idx
         return jax.vmap(client.fit_standard_gp, (None, 0, 0))(gp_config, state, buffers)
 
-    def propose(state, buffers, seed, round_idx):
-        keys_ = _proposal_keys(seed, buffers.X.shape[0], round_idx)
+    def propose(state, buffers, keys_):
         return jax.vmap(client.propose_standard, (None, 0, 0, 0, None, None))(
             gp_config, state, buffers, keys_, config.kappa, maximiser
         )

@@ -97,3 +97,33 @@ class WrongShape(Shifted):
 
 def wrong_shape_factory(num_clients, seed):
     return WrongShape(num_clients, seed)
+
+
+# -- factories for the MPI tests (each rank is its own process) -------------------
+
+def _rank() -> str:
+    import os
+
+    return os.environ.get("PMI_RANK", "?")
+
+
+def recording_branin(num_clients, seed):
+    """tasks.make('branin') that leaves a mark file naming the rank that built it."""
+    import os
+    from pathlib import Path
+
+    mark_dir = os.environ.get("PACD_TEST_MARKS")
+    if mark_dir:
+        Path(mark_dir, f"built-by-rank-{_rank()}-seed-{seed}").touch()
+    return tasks.make("branin", num_clients, seed)
+
+
+def failing_on_rank_2(num_clients, seed):
+    """A factory that raises only in the process of rank 2 (client 1)."""
+    if _rank() == "2":
+        raise RuntimeError("the objective of client 1 is unavailable")
+    return Shifted(num_clients, seed)
+
+
+def nan_on_client_1_after_design(num_clients, seed):
+    return NaNOffDesign(num_clients, seed)

@@ -31,7 +31,15 @@ def test_run_writes_run_json_with_the_documented_schema(tmp_path, capsys):
     assert code == 0, err
     doc = json.loads((out_dir / "run.json").read_text())
     assert set(doc) == {"benchmark", "method", "backend", "num_clients", "iters", "config", "wall_time_s",
-                        "epsilon", "summary", "results"}
+                        "epsilon", "summary", "communication", "results"}
+    comm = doc["communication"]
+    K, P = comm["message_shape"]
+    assert K == 3 and comm["bytes_per_message"] == K * P * 4
+    steps = [doc["config"]["svgd_steps_init"]] + [doc["config"]["svgd_steps"]] * 2
+    assert [r["svgd_steps"] for r in comm["per_round"]] == steps
+    # per client and seed: one gradient message per step up, one particle broadcast per step plus one down
+    assert comm["bytes_sent_per_client"] == [2 * sum(steps) * K * P * 4] * 3
+    assert comm["bytes_sent_by_coordinator"] == 3 * 2 * (sum(steps) + 3) * K * P * 4
     assert (doc["benchmark"], doc["method"], doc["backend"], doc["num_clients"], doc["iters"]) == ("sinusoid", "pacd", "vmap", 3, 3)
     assert doc["epsilon"] is None and doc["wall_time_s"] > 0
     assert set(doc["summary"]) == {"final_regret_mean", "final_regret_std", "auc_mean", "auc_std"}
@@ -40,7 +48,8 @@ def test_run_writes_run_json_with_the_documented_schema(tmp_path, capsys):
     for r in doc["results"]:
         assert [c["client"] for c in r["clients"]] == [0, 1, 2]
         for c in r["clients"]:
-            assert set(c) == {"client", "X", "y", "f", "regret", "final_regret", "auc"}
+            assert set(c) == {"client", "X", "y", "f", "regret", "final_regret", "auc", "best_y"}
+            assert c["best_y"] == min(c["y"])
             assert np.shape(c["X"]) == (5 + 3, 1) and len(c["y"]) == len(c["f"]) == 8
             assert len(c["regret"]) == 4 and c["final_regret"] == c["regret"][-1]
             assert np.all(np.diff(c["regret"]) <= 1e-12)  # best-so-far regret never increases
