@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,32 +23,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pacd_jax import experiment, io  # noqa: E402
+from pacd_jax.provenance import command, commit, machine  # noqa: E402
 from pacd_jax.config import RunConfig  # noqa: E402
 
 BEGIN = "<!-- compare-methods:begin -->"
 END = "<!-- compare-methods:end -->"
-
-
-def machine() -> str:
-    import jax
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            names = [line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")]
-        cpu = f"{names[0]} x{len(names)}" if names else cpu
-    except OSError:
-        pass
-    return f"{platform.system()} {platform.release()}, {cpu}, python {platform.python_version()}, jax {jax.__version__}"
-
-
-def commit() -> str:
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-        return rev + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def table(doc: dict) -> str:
@@ -104,10 +81,9 @@ def main(argv=None) -> int:
             s = doc["summary"]
             print(f"{bench:9s} {method:12s} final {s['final_regret_mean']:.4f} ± {s['final_regret_std']:.4f}  "
                   f"AUC {s['auc_mean']:.3f}  ({doc['wall_time_s']:.0f} s)", flush=True)
-    command = "python benchmarks/compare_methods.py" + ("" if argv is None and len(sys.argv) == 1 else " " + " ".join(sys.argv[1:] if argv is None else argv))
     result = {
         "cells": cells,
-        "meta": {"command": command, "commit": commit(), "machine": machine(), "wall_time_s": time.perf_counter() - start,
+        "meta": {"command": command("benchmarks/compare_methods.py", argv), "commit": commit(), "machine": machine(), "wall_time_s": time.perf_counter() - start,
                  "clients": args.clients, "seeds": list(range(args.seeds)), "iters": args.iters},
     }
     io.write_json(args.out, result)

@@ -1,0 +1,38 @@
+"""The microbenchmark scripts run in --quick mode and write records of the documented schema.
+
+No timing is asserted: only that the scripts work and what they write.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+MPIEXEC = shutil.which("mpiexec", path=str(BIN)) or shutil.which("mpiexec")
+RECORD_KEYS = {"name", "config", "median_ms", "min_ms", "compile_s", "baselines", "repeats", "meta"}
+
+
+def _check_records(records):
+    assert isinstance(records, list) and records
+    for r in records:
+        assert set(r) == RECORD_KEYS
+        assert 0 < r["min_ms"] <= r["median_ms"] and r["compile_s"] > 0
+        assert all(v > 0 for v in r["baselines"].values())
+        assert set(r["meta"]) == {"command", "commit", "machine"}
+
+
+@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpi extra)")
+def test_mpi_step_quick_writes_records(tmp_path):
+    out = tmp_path / "mpi.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "mpi_step.py"), "--quick", "--configs", "anchor-5x20x1d",
+                           "--transports", "gather", "--json", str(out)], capture_output=True, text=True, timeout=400, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = json.loads(out.read_text())
+    _check_records(records)
+    assert [r["name"] for r in records] == ["anchor-5x20x1d/vmap", "anchor-5x20x1d/mpi-gather"]
+    assert set(records[1]["baselines"]) == {"vmap"} and records[1]["config"]["ranks"] == 6
