@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade "pip>=24"
 	$(BIN)/pip install -q "mpich>=5.0.2" "mpi4py>=4.1.2"
-	PATH=$(BIN):$$PATH $(CUDA_ENV) $(BIN)/pip install -q -e ".[mpi,dev]"
+	PATH=$(BIN):$$PATH $(CUDA_ENV) $(BIN)/pip install -q -e ".[mpi,dev,bench]"
 	touch $(STAMP)
 
 run: $(STAMP)
