@@ -131,6 +131,26 @@ def worker(args) -> None:
         Path(args.json).write_text(json.dumps(records))
 
 
+def run_mpi(configs: list[str], transports: list[str], steps: int, repeats: int) -> list[dict]:
+    """Time the MPI side: one ``mpiexec -n N+1`` job of this script per client count; returns its records."""
+    bindir = Path(sys.executable).parent
+    mpiexec = shutil.which("mpiexec", path=str(bindir)) or shutil.which("mpiexec")
+    if mpiexec is None:
+        raise SystemExit("no mpiexec found: install the mpi extra (pip install -e '.[mpi]')")
+    records = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n_ranks in sorted({common.NAMED[n].num_clients + 1 for n in configs}):
+            names = [n for n in configs if common.NAMED[n].num_clients + 1 == n_ranks]
+            part = Path(tmp) / f"mpi-{n_ranks}.json"
+            cmd = [mpiexec, "-n", str(n_ranks), sys.executable, str(Path(__file__).resolve()), "--worker", "--json", str(part),
+                   "--configs", ",".join(names), "--transports", ",".join(transports),
+                   "--steps", str(steps), "--repeats", str(repeats)]
+            env = {**os.environ, "PATH": os.pathsep.join([str(bindir), os.environ.get("PATH", "")])}
+            subprocess.run(cmd, check=True, env=env)
+            records.extend(json.loads(part.read_text()))
+    return records
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", required=True, help="output file (a JSON list of records)")
@@ -158,25 +178,10 @@ def main(argv=None) -> int:
         records.append(rec)
         print(f"{rec['name']:32s} median {rec['median_ms']:8.3f} ms/step  min {rec['min_ms']:8.3f}", flush=True)
 
-    bindir = Path(sys.executable).parent
-    mpiexec = shutil.which("mpiexec", path=str(bindir)) or shutil.which("mpiexec")
-    if mpiexec is None:
-        parser.error("no mpiexec found: install the mpi extra (pip install -e '.[mpi]')")
-    ranks = {common.NAMED[n].num_clients + 1 for n in args.configs}
-    with tempfile.TemporaryDirectory() as tmp:
-        for n_ranks in sorted(ranks):
-            names = [n for n in args.configs if common.NAMED[n].num_clients + 1 == n_ranks]
-            part = Path(tmp) / f"mpi-{n_ranks}.json"
-            cmd = [mpiexec, "-n", str(n_ranks), sys.executable, __file__, "--worker", "--json", str(part),
-                   "--configs", ",".join(names), "--transports", ",".join(args.transports),
-                   "--steps", str(args.steps), "--repeats", str(args.repeats)]
-            env = {**os.environ, "PATH": os.pathsep.join([str(bindir), os.environ.get("PATH", "")])}
-            subprocess.run(cmd, check=True, env=env)
-            mpi_records = json.loads(part.read_text())
-            vmap_ms = {r["name"].split("/")[0]: r["median_ms"] for r in records if r["config"]["backend"] == "vmap"}
-            for rec in mpi_records:
-                rec["baselines"] = {"vmap": vmap_ms[rec["name"].split("/")[0]]}
-            records.extend(mpi_records)
+    vmap_ms = {r["name"].split("/")[0]: r["median_ms"] for r in records}
+    for rec in run_mpi(args.configs, args.transports, args.steps, args.repeats):
+        rec["baselines"] = {"vmap": vmap_ms[rec["name"].split("/")[0]]}
+        records.append(rec)
     common.write(args.json, records, "bench/mpi_step.py", argv)
     print(f"wrote {args.json}")
     return 0

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,3 +37,30 @@ def test_mpi_step_quick_writes_records(tmp_path):
     _check_records(records)
     assert [r["name"] for r in records] == ["anchor-5x20x1d/vmap", "anchor-5x20x1d/mpi-gather"]
     assert set(records[1]["baselines"]) == {"vmap"} and records[1]["config"]["ranks"] == 6
+
+
+def _run_script(name, args, tmp_path, timeout=600):
+    out = tmp_path / f"{name}.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / f"{name}.py"), *args, "--json", str(out)],
+                          capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_svgd_step_quick_writes_named_records_and_sweeps(tmp_path):
+    records = _run_script("svgd_step", ["--quick", "--baselines", "autodiff"], tmp_path)
+    _check_records(records)
+    names = [r["name"] for r in records]
+    assert names[:2] == ["anchor-5x20x1d", "bo-5x110x6d"]
+    assert all(set(r["baselines"]) == {"autodiff"} for r in records[:2])
+    anchor = records[0]["config"]
+    assert (anchor["num_clients"], anchor["points"], anchor["dim"], anchor["num_particles"], anchor["hidden"], anchor["features"]) == (5, 20, 1, 10, [32, 32], 2)
+    sweeps = {r["config"]["sweep"] for r in records[2:]}
+    assert sweeps == {"K", "N", "m"} and all(np.isfinite(r["config"]["fitted_exponent"]) for r in records[2:])
+
+
+def test_full_run_quick_writes_a_record(tmp_path):
+    records = _run_script("full_run", ["--quick", "--benchmarks", "sinusoid"], tmp_path)
+    _check_records(records)
+    (rec,) = records
+    assert rec["name"] == "run-sinusoid-pacd-T3" and rec["config"]["learn_ms"] > 0 and rec["config"]["propose_ms"] > 0
