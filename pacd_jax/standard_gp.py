@@ -14,6 +14,7 @@ prior (:mod:`pacd_jax.gp`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import NamedTuple
 
@@ -21,12 +22,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.scipy.linalg import cho_solve
 
+from pacd_jax import linalg
 from pacd_jax.gp import (
     DEFAULT_JITTER,
     GPData,
     PosteriorCache,
-    gaussian_log_marginal,
+    masked_gram,
     posterior_cache,
     posterior_from_cache,
 )
@@ -125,10 +128,84 @@ def log_prior(config: StandardGPConfig, hyper: GPHyper) -> Array:
 
 
 def log_marginal(config: StandardGPConfig, hyper: GPHyper, data: GPData, jitter: float = DEFAULT_JITTER) -> Array:
-    """Exact log marginal likelihood of the (masked) buffer."""
+    """Exact log marginal likelihood of the (masked) buffer.
+
+    Differentiable in ``hyper`` with a closed-form gradient
+    (:func:`_log_marginal_fwd`/``_bwd``); ``data`` gets a zero cotangent.
+    """
+    return _log_marginal(config, jitter, hyper, data)
+
+
+def _r2_matrix(hyper: GPHyper, X: Array) -> tuple[Array, Array]:
+    """Scaled inputs ``u = X / l`` and ``r2_ij = |u_i - u_j|^2`` (exactly 0 on the diagonal).
+
+    ``|u_i|^2 + |u_j|^2 - 2 u_i.u_j`` by one matrix product: the (M, M, d)
+    difference tensor of :func:`kernel_matrix` and its gradient were most of
+    the time of a Hartmann-6 GP fit.
+    """
+    u = X / hyper.lengthscale
+    sq = jnp.sum(u * u, axis=-1)
+    r2 = jnp.maximum(sq[:, None] + sq[None, :] - 2.0 * (u @ u.T), 0.0)
+    return u, jnp.where(jnp.eye(X.shape[0], dtype=bool), 0.0, r2)
+
+
+def _kernel_and_slope(config: StandardGPConfig, hyper: GPHyper, r2: Array) -> tuple[Array, Array]:
+    """``k(r2)`` and ``dk/dr2`` of the stationary kernel (both finite at r = 0)."""
+    s = hyper.outputscale
+    if config.kernel == "rbf":
+        k = s * jnp.exp(-0.5 * r2)
+        return k, -0.5 * k
+    # Matern-5/2: k = s (1 + sqrt5 r + 5 r^2 / 3) e^{-sqrt5 r},  dk/dr2 = -5/6 s (1 + sqrt5 r) e^{-sqrt5 r}
+    r = jnp.sqrt(r2)
+    e = jnp.exp(-math.sqrt(5.0) * r)
+    return s * (1.0 + math.sqrt(5.0) * r + 5.0 / 3.0 * r2) * e, -5.0 / 6.0 * s * (1.0 + math.sqrt(5.0) * r) * e
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _log_marginal(config: StandardGPConfig, jitter: float, hyper: GPHyper, data: GPData) -> Array:
+    return _log_marginal_fwd(config, jitter, hyper, data)[0]
+
+
+def _log_marginal_fwd(config, jitter, hyper, data):
+    _, r2 = _r2_matrix(hyper, data.X)
+    kxx, _ = _kernel_and_slope(config, hyper, r2)
     mean = jnp.full(data.y.shape, hyper.mean, data.y.dtype)
-    kxx = kernel_matrix(config, hyper, data.X, data.X)
-    return gaussian_log_marginal(mean, kxx, data, hyper.noise + jitter)
+    gram = masked_gram(kxx, data.mask, hyper.noise + jitter)
+    # K = L L^T, a = K^-1 r
+    chol = jnp.linalg.cholesky(gram)
+    resid = jnp.where(data.mask, data.y - mean, 0.0)
+    alpha = cho_solve((chol, True), resid)
+    n = jnp.sum(data.mask)
+    value = -0.5 * jnp.dot(resid, alpha) - jnp.sum(jnp.log(jnp.diagonal(chol))) - 0.5 * n * math.log(2.0 * math.pi)
+    return value, (hyper, data, gram, alpha)
+
+
+def _log_marginal_bwd(config, jitter, res, g):
+    """Closed form: with ``G = 1/2 (a a^T - K^-1)`` on the valid block,
+
+    ``d/d mean = sum a``, ``d/d log s = sum G.K``, ``d/d log noise = tr G exp(log noise)``,
+    ``d/d log l_d = -2 sum_ij G_ij k'(r2_ij) (u_id - u_jd)^2`` with ``k' = dk/dr2``.
+    """
+    del jitter
+    hyper, data, gram, alpha = res
+    valid = data.mask[:, None] & data.mask[None, :]
+    u, r2 = _r2_matrix(hyper, data.X)
+    kxx, slope = _kernel_and_slope(config, hyper, r2)
+    grad_k = jnp.where(valid, 0.5 * (jnp.outer(alpha, alpha) - linalg.spd_inverse(gram)), 0.0)
+    w = grad_k * slope
+    # sum_ij W_ij (u_id - u_jd)^2 = 2 (sum_i (W 1)_i u_id^2 - sum_i u_id (W u)_id)
+    spread = 2.0 * (jnp.sum(w, axis=1) @ (u * u) - jnp.sum(u * (w @ u), axis=0))
+    d_hyper = GPHyper(
+        mean=jnp.sum(alpha),
+        log_lengthscale=-2.0 * spread,
+        log_outputscale=jnp.sum(grad_k * kxx),
+        log_noise=jnp.trace(grad_k) * jnp.exp(hyper.log_noise),
+    )
+    d_hyper = jax.tree_util.tree_map(lambda a: (g * a).astype(a.dtype), d_hyper)
+    return d_hyper, jax.tree_util.tree_map(jnp.zeros_like, data)
+
+
+_log_marginal.defvjp(_log_marginal_fwd, _log_marginal_bwd)
 
 
 def neg_log_posterior(config: StandardGPConfig, hyper: GPHyper, data: GPData) -> Array:
@@ -146,8 +223,9 @@ def _lbfgs(config: StandardGPConfig, data: GPData, hyper0: GPHyper) -> tuple[GPH
         value, grad = value_and_grad(h, state=state)
         updates, state = opt.update(grad, state, h, value=value, grad=grad, value_fn=fun)
         h_new = optax.apply_updates(h, updates)
-        # A failed step (non-finite objective) keeps the previous iterate.
-        ok = jnp.isfinite(fun(h_new))
+        # A failed step (non-finite objective) keeps the previous iterate; the
+        # line search has already evaluated the objective at h_new.
+        ok = jnp.isfinite(optax.tree_utils.tree_get(state, "value"))
         h = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), h_new, h)
         return h, state
 

@@ -1,6 +1,7 @@
 """The Independent baseline's GP against scikit-learn kernels, scipy densities and scipy's L-BFGS-B."""
 
 import jax
+import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -129,3 +130,48 @@ def test_config_validation():
         StandardGPConfig(dim=2, kernel="periodic")
     with pytest.raises(ValueError, match="fit_steps"):
         StandardGPConfig(dim=2, fit_steps=0)
+
+
+@pytest.mark.parametrize("kernel", ["matern52", "rbf"])
+def test_log_marginal_gradient_matches_autodiff_and_finite_differences(kernel):
+    """The closed-form gradient against autodiff of the plain formula (kernel matrix + GP core)."""
+    with jax.enable_x64(True):
+        d, m = 3, 9
+        cfg = StandardGPConfig(dim=d, kernel=kernel)
+        h = _hyper(d)
+        X, y = _data(m, 13, d, seed=2)
+        X[1] = X[0]  # a duplicated point: r = 0 off the diagonal
+        data = gp.GPData(jnp.asarray(X), jnp.asarray(y), gp.make_mask(m, 13))
+
+        def plain(hyper):
+            mean = jnp.full(data.y.shape, hyper.mean)
+            kxx = standard_gp.kernel_matrix(cfg, hyper, data.X, data.X)
+            return gp.gaussian_log_marginal(mean, kxx, data, hyper.noise + gp.DEFAULT_JITTER)
+
+        np.testing.assert_allclose(float(standard_gp.log_marginal(cfg, h, data)), float(plain(h)), rtol=1e-12)
+        closed = jax.grad(lambda hh: standard_gp.log_marginal(cfg, hh, data))(h)
+        auto = jax.grad(plain)(h)
+        for a, b in zip(jax.tree_util.tree_leaves(closed), jax.tree_util.tree_leaves(auto)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-9, atol=1e-11)
+        flat, unravel = jax.flatten_util.ravel_pytree(h)
+        f = lambda v: float(standard_gp.log_marginal(cfg, unravel(v), data))
+        g = np.asarray(jax.flatten_util.ravel_pytree(closed)[0])
+        for j in range(flat.size):
+            e = np.zeros(flat.size)
+            e[j] = 1e-6
+            np.testing.assert_allclose((f(flat + e) - f(flat - e)) / 2e-6, g[j], rtol=1e-6, atol=1e-6)
+
+
+def test_line_search_state_holds_the_value_at_the_new_iterate():
+    """_lbfgs rejects a step by the value the zoom line search stored; it must be f(new iterate)."""
+    import optax
+
+    fun = lambda x: jnp.sum((x - 1.0) ** 2) + jnp.sum(x**4)
+    opt = optax.lbfgs(linesearch=optax.scale_by_zoom_linesearch(max_linesearch_steps=20))
+    x, state = jnp.asarray([3.0, -2.0]), opt.init(jnp.asarray([3.0, -2.0]))
+    value_and_grad = optax.value_and_grad_from_state(fun)
+    for _ in range(4):
+        value, grad = value_and_grad(x, state=state)
+        updates, state = opt.update(grad, state, x, value=value, grad=grad, value_fn=fun)
+        x = optax.apply_updates(x, updates)
+        np.testing.assert_allclose(float(optax.tree_utils.tree_get(state, "value")), float(fun(x)), rtol=1e-6)
