@@ -64,3 +64,11 @@ def test_full_run_quick_writes_a_record(tmp_path):
     _check_records(records)
     (rec,) = records
     assert rec["name"] == "run-sinusoid-pacd-T3" and rec["config"]["learn_ms"] > 0 and rec["config"]["propose_ms"] > 0
+
+
+def test_profile_step_quick_sums_time_by_kind(tmp_path):
+    records = _run_script("profile_step", ["--quick"], tmp_path)
+    _check_records(records)
+    kinds = [r["name"].split("/")[1] for r in records]
+    assert kinds == ["wall", "matmul", "lapack", "elementwise", "layout", "other"]
+    assert records[0]["config"]["top_ops_ms"] and sum(r["median_ms"] for r in records[1:]) > 0
