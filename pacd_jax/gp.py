@@ -144,18 +144,26 @@ def gaussian_log_marginal(mean: Array, kxx: Array, data: GPData, diag: Array | f
 
 
 class PosteriorCache(NamedTuple):
-    """Cholesky factor of the masked Gram matrix and ``a = K^-1 (y - m(X))``."""
+    """Inverse Cholesky factor ``L^-1`` of the masked Gram matrix and ``a = K^-1 (y - m(X))``."""
 
-    chol: Array
+    chol_inv: Array
     alpha: Array
 
 
 def posterior_cache(mean: Array, kxx: Array, data: GPData, diag: Array | float) -> PosteriorCache:
-    """Factorise once; reuse for every test point of a proposal."""
+    """Factorise once; reuse for every test point of a proposal.
+
+    ``L^-1`` is formed explicitly (one triangular solve with M right-hand
+    sides per proposal) so that the variance at the thousands of candidate
+    and refinement points is a matrix product, ``v = L^-1 k(X, x)``, rather
+    than a triangular solve each time: the solves were 60 % of a PACD-BO
+    proposal on the CPU.
+    """
     gram = masked_gram(kxx, data.mask, diag)
     chol = jnp.linalg.cholesky(gram)
     resid = jnp.where(data.mask, data.y - mean, 0.0)
-    return PosteriorCache(chol, cho_solve((chol, True), resid))
+    eye = jnp.eye(gram.shape[-1], dtype=gram.dtype)
+    return PosteriorCache(solve_triangular(chol, eye, lower=True), cho_solve((chol, True), resid))
 
 
 def posterior_from_cache(
@@ -179,7 +187,7 @@ def posterior_from_cache(
     """
     k_cross = jnp.where(mask[:, None], k_cross, 0.0)
     mu = mean_test + k_cross.T @ cache.alpha
-    v = solve_triangular(cache.chol, k_cross, lower=True)
+    v = cache.chol_inv @ k_cross
     var = jnp.maximum(k_test_diag - jnp.sum(v * v, axis=0), 0.0)
     return mu, var
 
