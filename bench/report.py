@@ -18,12 +18,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _note(r: dict) -> str:
+    """What a record's configuration adds: a sweep's fitted exponent, a run's split of a round."""
+    c = r["config"]
+    if "sweep" in c:
+        return f"cost ~ {c['sweep']}^{c['fitted_exponent']:.2f} over the sweep"
+    if "learn_ms" in c:
+        return f"late round: learn {c['learn_ms']:.0f} ms, propose {c['propose_ms']:.0f} ms"
+    if "top_ops_ms" in c:
+        return "top ops: " + ", ".join(f"{k} {v:.3f}" for k, v in list(c["top_ops_ms"].items())[:3])
+    return ""
+
+
 def table(records: list[dict]) -> str:
-    rows = ["| record | median ms | min ms | compile s | baselines (median ms) | speed-up (baseline ÷ this) |", "|---|---|---|---|---|---|"]
+    rows = ["| record | median ms | min ms | compile s | baselines (median ms) | speed-up (baseline ÷ this) | note |",
+            "|---|---|---|---|---|---|---|"]
     for r in records:
         base = ", ".join(f"{k} {v:.3f}" for k, v in r["baselines"].items()) or "—"
         ratio = ", ".join(f"{v / r['median_ms']:.2f}x vs {k}" for k, v in r["baselines"].items()) or "—"
-        rows.append(f"| `{r['name']}` | {r['median_ms']:.3f} | {r['min_ms']:.3f} | {r['compile_s']:.2f} | {base} | {ratio} |")
+        rows.append(f"| `{r['name']}` | {r['median_ms']:.3f} | {r['min_ms']:.3f} | {r['compile_s']:.2f} | {base} | {ratio} | {_note(r)} |")
     meta = records[0].get("meta", {}) if records else {}
     if meta:
         rows.append("")
