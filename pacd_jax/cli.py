@@ -139,6 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--out", required=True, metavar="DIR", help="output folder for run.json and the plot")
     out.add_argument("--format", choices=("png", "pdf"), default="png", help="figure format (default %(default)s)")
     out.add_argument("--quiet", action="store_true", help="no progress bar or summary table")
+
+    info = sub.add_parser("info", help="versions, MPI library, devices and precision of this installation",
+                          description="Print the versions of pacd-jax and its dependencies, the MPI library, JAX devices and whether float64 is on.")
+    info.add_argument("--json", action="store_true", help="print one JSON object instead of aligned lines")
     return parser
 
 
@@ -282,7 +286,17 @@ def _prepare_mpi_process(argv) -> None:
     pin_one_core_per_rank(_world_rank())
 
 
-COMMANDS = {"run": cmd_run}
+def cmd_info(args) -> int:
+    import json
+
+    from pacd_jax.info import collect, format_info
+
+    data = collect()
+    print(json.dumps(data, indent=2) if args.json else format_info(data))
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "info": cmd_info}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -301,6 +315,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("pacd-bo: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `pacd-bo info | head`: the reader left, nothing is lost
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover
