@@ -137,11 +137,12 @@ def sigma_for_epsilon(
 def run_record(sigma: float, clip: float, particles: int, steps: int, delta: float = 1e-5) -> dict:
     """The ``run.json`` ``epsilon`` entry (DESIGN.md section 9), plus the settings it rests on."""
     privacy = RunPrivacy(float(sigma), int(particles), int(steps))
+    released = privacy.compositions > 0  # no SVGD step: nothing leaves the client
     return {
-        "epsilon": run_epsilon(privacy, delta, "pld"),
+        "epsilon": run_epsilon(privacy, delta, "pld") if released else 0.0,
         "delta": float(delta),
         "accountant": "pld",
-        "epsilon_rdp": run_epsilon(privacy, delta, "rdp"),
+        "epsilon_rdp": run_epsilon(privacy, delta, "rdp") if released else 0.0,
         "sigma": float(sigma),
         "clip": float(clip),
         "noise_std": 2.0 * float(sigma) * float(clip),

@@ -127,6 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
     ind.add_argument("--gp-kernel", choices=("matern52", "rbf"), default=defaults.gp_kernel, help="default %(default)s")
     ind.add_argument("--gp-fit-steps", type=_positive_int, default=defaults.gp_fit_steps, help="L-BFGS steps per round (default %(default)s)")
 
+    priv = run.add_argument_group("differential privacy (pacd, pacoh; paper section VI)")
+    priv.add_argument("--dp-sigma", type=_float, default=defaults.dp_sigma,
+                      help="noise multiplier sigma: each client clips every per-particle gradient to norm C and adds N(0, sigma^2 (2C)^2 I) before sending; 0 = off (default %(default)s)")
+    priv.add_argument("--dp-clip", type=_float, default=defaults.dp_clip, help="clip norm C (default %(default)s; see `pacd-bo gradnorms`)")
+
     out = run.add_argument_group("execution and output")
     out.add_argument("--backend", choices=BACKENDS, default=defaults.backend,
                      help="vmap: all clients in one process; mpi: under `mpiexec -n N+1`, rank 0 coordinates, ranks 1..N are the clients (default %(default)s)")
@@ -139,6 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--out", required=True, metavar="DIR", help="output folder for run.json and the plot")
     out.add_argument("--format", choices=("png", "pdf"), default="png", help="figure format (default %(default)s)")
     out.add_argument("--quiet", action="store_true", help="no progress bar or summary table")
+
+    from pacd_jax import privacy_cli
+
+    privacy_cli.add_parsers(sub)
     return parser
 
 
@@ -210,6 +219,8 @@ def _config_from_args(args):
         refine_steps=args.refine_steps,
         gp_kernel=args.gp_kernel,
         gp_fit_steps=args.gp_fit_steps,
+        dp_sigma=args.dp_sigma,
+        dp_clip=args.dp_clip,
     )
 
 
@@ -282,7 +293,16 @@ def _prepare_mpi_process(argv) -> None:
     pin_one_core_per_rank(_world_rank())
 
 
-COMMANDS = {"run": cmd_run}
+def _privacy_command(name):
+    def dispatch(args):
+        from pacd_jax import privacy_cli
+
+        return privacy_cli.COMMANDS[name](args)
+
+    return dispatch
+
+
+COMMANDS = {"run": cmd_run, "epsilon": _privacy_command("epsilon"), "gradnorms": _privacy_command("gradnorms")}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
