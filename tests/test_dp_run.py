@@ -52,7 +52,7 @@ def test_run_json_records_dp_and_epsilon(tmp_path):
     assert eps["delta"] == 1e-5 and eps["accountant"] == "pld"
     assert eps["epsilon"] == pytest.approx(accounting.epsilon(2.0, SMALL["num_particles"] * steps, 1e-5))
     assert eps["noise_std"] == pytest.approx(2 * 2.0 * 0.5)
-    assert experiment.run(config.replace(dp_sigma=0.0))["epsilon"] is None
+    assert experiment.privacy_record(config.replace(dp_sigma=0.0)) is None
 
 
 def test_config_and_cli_validation(tmp_path, capsys):
