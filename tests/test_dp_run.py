@@ -78,3 +78,25 @@ def test_epsilon_cli(capsys):
     assert main(["epsilon", "--sigma", "1", "--delta", "2"]) == 2
     assert main(["epsilon"]) == 2  # neither --sigma nor --target-epsilon
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_gradnorms_records_the_runs_unclipped_norms(tmp_path):
+    from pacd_jax import gradnorms
+
+    config = small_config(num_clients=2, svgd_steps_init=3, svgd_steps=2, dp_sigma=1.0)  # DP is switched off inside
+    doc = gradnorms.record(config, [0, 1])
+    k, n = SMALL["num_particles"], 2
+    assert len(doc["norms"]["0"]) == 3 * n * k and len(doc["norms"]["1"]) == 2 * n * k
+    # step 0 of round 0: the norms of each client's eq. 6 gradients at the initial particles (direct oracle)
+    fam = tasks.make("branin", n, 0)
+    problem, params = loop.problem_from_family(fam, config.iters, config.init_points, config.noise_std)
+    method = methods.build(config.replace(dp_sigma=0.0), fam.dim)
+    state = loop.initial_state(problem, method, jnp.asarray(0, jnp.int32), params, jnp.float32)
+    learner = methods.meta_learner(config, fam.dim)
+    direct = [np.linalg.norm(np.asarray(client.local_gradients(learner.model, state.model.particles,
+                                                               jax.tree_util.tree_map(lambda a: a[i], state.buffers))), axis=1)
+              for i in range(n)]
+    np.testing.assert_allclose(doc["norms"]["0"][: n * k], np.concatenate(direct), rtol=1e-4)
+    assert doc["summary"]["suggested_clip"] == pytest.approx(np.median(doc["norms"]["0"]))
+    gradnorms.plot(doc, tmp_path / "g.png")
+    assert (tmp_path / "g.png").stat().st_size > 1000
