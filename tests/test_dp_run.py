@@ -42,12 +42,21 @@ def test_learn_step_is_svgd_on_privatised_client_messages():
         assert not np.allclose(np.asarray(plain.particles), np.asarray(got.particles))
 
 
-def test_run_json_records_dp_and_epsilon(tmp_path):
-    config = small_config(dp_sigma=2.0, dp_clip=0.5, num_clients=2, iters=2)
+def test_run_json_records_dp_and_epsilon_and_round_compiles_once(monkeypatch):
+    config = small_config(dp_sigma=2.0, dp_clip=0.5, num_clients=2, iters=3)
+    traces = []
+    original = loop.bo_round
+
+    def counting(*args, **kwargs):
+        traces.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "bo_round", counting)
     doc = experiment.run(config)
+    assert len(traces) == 1  # DP keys derive from the traced round index: no retrace as rounds go by
     assert doc["config"]["dp_sigma"] == 2.0 and doc["config"]["dp_clip"] == 0.5
     eps = doc["epsilon"]
-    steps = SMALL["svgd_steps_init"] + (2 - 1) * SMALL["svgd_steps"]
+    steps = SMALL["svgd_steps_init"] + (3 - 1) * SMALL["svgd_steps"]
     assert eps["total_steps"] == steps and eps["compositions"] == SMALL["num_particles"] * steps
     assert eps["delta"] == 1e-5 and eps["accountant"] == "pld"
     assert eps["epsilon"] == pytest.approx(accounting.epsilon(2.0, SMALL["num_particles"] * steps, 1e-5))
