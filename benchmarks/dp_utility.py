@@ -44,7 +44,8 @@ FLOOR = 1e-6  # regret 0 (optimum found) drawn at this height on the log axes
 def paper_epsilon(sigma: float, particles: int = 10, steps_init: int = 500, steps: int = 50, rounds: int = 100) -> dict:
     """epsilon at delta = 1e-5 of the paper's full run (T = 100 rounds, 500 + 99 x 50 SVGD steps, K = 10)."""
     n = particles * accounting.total_steps(steps, rounds, steps_init)
-    return {"pld": accounting.epsilon(sigma, n, DELTA, "pld"), "rdp": accounting.epsilon(sigma, n, DELTA, "rdp"), "compositions": n}
+    eps, name = accounting.pld_or_exact(sigma, n, DELTA)  # "pld" holds the exact mu-GDP value where the PLD grid is too coarse
+    return {"pld": eps, "accountant": name, "rdp": accounting.epsilon(sigma, n, DELTA, "rdp"), "compositions": n}
 
 
 def cell(config: RunConfig) -> dict:

@@ -31,7 +31,12 @@ from typing import NamedTuple
 import numpy as np
 from scipy import optimize, special
 
-ACCOUNTANTS = ("pld", "rdp")
+ACCOUNTANTS = ("pld", "rdp", "gdp")
+
+#: Above this PLD grid step the library's PLD overflows (exp of the step) or is
+#: needlessly coarse; epsilon is then astronomically large (mu = sqrt(n)/sigma
+#: in the hundreds) and :func:`pld_or_exact` uses the exact mu-GDP value instead.
+MAX_PLD_INTERVAL = 50.0
 
 
 class RunPrivacy(NamedTuple):
@@ -68,11 +73,21 @@ def pld_discretisation(sigma: float, compositions: int) -> float:
 
 
 def epsilon(sigma: float, compositions: int, delta: float, accountant: str = "pld") -> float:
-    """epsilon at ``delta`` of ``compositions`` Gaussian mechanisms with noise multiplier ``sigma``."""
+    """epsilon at ``delta`` of ``compositions`` Gaussian mechanisms with noise multiplier ``sigma``.
+
+    ``accountant``: ``pld`` or ``rdp`` (dp-accounting), or ``gdp`` (the closed form, :func:`gdp_epsilon`).
+    """
     import dp_accounting
     from dp_accounting import pld, rdp
 
     _check(sigma, compositions, delta)
+    if accountant == "gdp":
+        return gdp_epsilon(sigma, compositions, delta)
+    if accountant == "pld" and pld_discretisation(sigma, compositions) > MAX_PLD_INTERVAL:
+        raise ValueError(
+            f"PLD grid step {pld_discretisation(sigma, compositions):.3g} too coarse for sigma={sigma} and "
+            f"{compositions} releases (epsilon is astronomically large); use the closed form (accountant 'gdp')"
+        )
     relation = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
     event = dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(noise_multiplier=float(sigma)), int(compositions))
     if accountant == "pld":
@@ -83,6 +98,13 @@ def epsilon(sigma: float, compositions: int, delta: float, accountant: str = "pl
         raise ValueError(f"unknown accountant {accountant!r}; choose one of {', '.join(ACCOUNTANTS)}")
     acc.compose(event)
     return float(acc.get_epsilon(float(delta)))
+
+
+def pld_or_exact(sigma: float, compositions: int, delta: float) -> tuple[float, str]:
+    """``(epsilon, accountant)``: PLD, or the exact mu-GDP value where the PLD grid would be too coarse."""
+    if pld_discretisation(sigma, compositions) > MAX_PLD_INTERVAL:
+        return gdp_epsilon(sigma, compositions, delta), "gdp"
+    return epsilon(sigma, compositions, delta, "pld"), "pld"
 
 
 def run_epsilon(privacy: RunPrivacy, delta: float, accountant: str = "pld") -> float:
@@ -138,10 +160,11 @@ def run_record(sigma: float, clip: float, particles: int, steps: int, delta: flo
     """The ``run.json`` ``epsilon`` entry (DESIGN.md section 9), plus the settings it rests on."""
     privacy = RunPrivacy(float(sigma), int(particles), int(steps))
     released = privacy.compositions > 0  # no SVGD step: nothing leaves the client
+    eps, name = pld_or_exact(privacy.sigma, privacy.compositions, delta) if released else (0.0, "pld")
     return {
-        "epsilon": run_epsilon(privacy, delta, "pld") if released else 0.0,
+        "epsilon": eps,
         "delta": float(delta),
-        "accountant": "pld",
+        "accountant": name,
         "epsilon_rdp": run_epsilon(privacy, delta, "rdp") if released else 0.0,
         "sigma": float(sigma),
         "clip": float(clip),

@@ -96,10 +96,10 @@ def cmd_epsilon(args) -> int:
         print(f"  at this sigma: epsilon PLD = {accounting.epsilon(sigma, n, args.delta, 'pld'):.4f}, "
               f"RDP = {accounting.epsilon(sigma, n, args.delta, 'rdp'):.4f}")
         return 0
-    pld = accounting.epsilon(args.sigma, n, args.delta, "pld")
+    pld, name = accounting.pld_or_exact(args.sigma, n, args.delta)
     rdp = accounting.epsilon(args.sigma, n, args.delta, "rdp")
     print(f"sigma = {args.sigma:g}, C = {args.clip:g} (noise std {2 * args.sigma * args.clip:.4g}); {where}")
-    print(f"epsilon (PLD) = {pld:.4f}")
+    print(f"epsilon (PLD) = {pld:.4f}" if name == "pld" else f"epsilon (exact mu-GDP; PLD grid too coarse here) = {pld:.6g}")
     print(f"epsilon (RDP) = {rdp:.4f}")
     return 0
 

@@ -76,6 +76,20 @@ def test_monotone_in_sigma_and_steps():
     assert accounting.epsilon(4, 200, 1e-5) > accounting.epsilon(4, 100, 1e-5)
 
 
+def test_tiny_sigma_falls_back_to_exact_value_instead_of_overflowing():
+    # sigma = 0.01 over 24500 releases: the PLD grid step would be 2.45e7 (the library overflows)
+    eps, name = accounting.pld_or_exact(0.01, 24500, 1e-5)
+    assert name == "gdp" and eps == pytest.approx(accounting.gdp_epsilon(0.01, 24500, 1e-5))
+    mu = math.sqrt(24500) / 0.01
+    assert mu**2 / 2 < eps < mu**2  # epsilon ~ mu^2/2 + O(mu) for large mu
+    with pytest.raises(ValueError, match="too coarse"):
+        accounting.epsilon(0.01, 24500, 1e-5, "pld")
+    rec = accounting.run_record(0.01, 1.0, 10, 2450)
+    assert rec["accountant"] == "gdp" and rec["epsilon"] == pytest.approx(eps)
+    # where the grid is fine, the record is PLD
+    assert accounting.pld_or_exact(8.0, 54500, 1e-5)[1] == "pld"
+
+
 @pytest.mark.parametrize("args", [(0.0, 10, 1e-5), (1.0, 0, 1e-5), (1.0, 10, 0.0), (1.0, 10, 1.0)])
 def test_bad_inputs(args):
     with pytest.raises(ValueError):
