@@ -2,8 +2,6 @@
 
 import json
 
-import numpy as np
-
 from helpers import SMALL
 from pacd_jax import experiment
 from pacd_jax.config import RunConfig
@@ -11,7 +9,7 @@ from test_mpi import SMALL_CLI, _compare, mpirun, pytestmark  # noqa: F401 - ski
 
 
 def test_float64_dp_run_equals_vmap_backend(tmp_path):
-    iters, sigma, clip = 4, 0.5, 2.0
+    iters, sigma, clip = 3, 0.5, 2.0
     proc = mpirun(3, ["--benchmark", "branin", "--clients", "2", "--iters", str(iters), "--x64", "--share-results",
                       "--dp-sigma", str(sigma), "--dp-clip", str(clip), "--out", "out", *SMALL_CLI], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -19,9 +17,6 @@ def test_float64_dp_run_equals_vmap_backend(tmp_path):
     config = RunConfig(benchmark="branin", num_clients=2, iters=iters, x64=True, dp_sigma=sigma, dp_clip=clip, **SMALL)
     vmap_doc = experiment.run(config)
     assert mpi_doc["epsilon"] == vmap_doc["epsilon"] and mpi_doc["epsilon"]["epsilon"] > 0
+    # equal queries with DP on; that the noise changes a run (so this is not vacuous) is
+    # test_dp_run.py::test_learn_step_is_svgd_on_privatised_client_messages
     _compare(mpi_doc, vmap_doc, rtol=1e-8, atol=1e-12)
-    # the noise matters: without DP the queries differ (so equality above is not vacuous)
-    plain = experiment.run(config.replace(dp_sigma=0.0))
-    diffs = [np.abs(np.asarray(a["X"]) - np.asarray(b["X"])).max()
-             for ra, rb in zip(plain["results"], vmap_doc["results"]) for a, b in zip(ra["clients"], rb["clients"])]
-    assert max(diffs) > 1e-6
