@@ -74,6 +74,11 @@ def test_config_and_cli_validation(tmp_path, capsys):
     assert main(["run", "--method", "independent", "--dp-sigma", "1", "--iters", "1", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "independent" in err and "Traceback" not in err
+    assert main(["gradnorms", "--rounds", "0,-1", "--out", str(tmp_path / "g")]) == 2
+    assert main(["gradnorms", "--quantile", "1.5", "--out", str(tmp_path / "g")]) == 2
+    assert main(["gradnorms", "--benchmark", "nope", "--out", str(tmp_path / "g")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error") == 3 and "Traceback" not in err and not (tmp_path / "g").exists()
 
 
 def test_epsilon_cli(capsys):
