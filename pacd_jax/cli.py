@@ -127,6 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
     ind.add_argument("--gp-kernel", choices=("matern52", "rbf"), default=defaults.gp_kernel, help="default %(default)s")
     ind.add_argument("--gp-fit-steps", type=_positive_int, default=defaults.gp_fit_steps, help="L-BFGS steps per round (default %(default)s)")
 
+    priv = run.add_argument_group("differential privacy (pacd, pacoh; paper section VI)")
+    priv.add_argument("--dp-sigma", type=_float, default=defaults.dp_sigma,
+                      help="noise multiplier sigma: each client clips every per-particle gradient to norm C and adds N(0, sigma^2 (2C)^2 I) before sending; 0 = off (default %(default)s)")
+    priv.add_argument("--dp-clip", type=_float, default=defaults.dp_clip, help="clip norm C (default %(default)s; see `pacd-bo gradnorms`)")
+
     out = run.add_argument_group("execution and output")
     out.add_argument("--backend", choices=BACKENDS, default=defaults.backend,
                      help="vmap: all clients in one process; mpi: under `mpiexec -n N+1`, rank 0 coordinates, ranks 1..N are the clients (default %(default)s)")
@@ -143,6 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="versions, MPI library, devices and precision of this installation",
                           description="Print the versions of pacd-jax and its dependencies, the MPI library, JAX devices and whether float64 is on.")
     info.add_argument("--json", action="store_true", help="print one JSON object instead of aligned lines")
+
+    from pacd_jax import privacy_cli
+
+    privacy_cli.add_parsers(sub)
     return parser
 
 
@@ -214,6 +223,8 @@ def _config_from_args(args):
         refine_steps=args.refine_steps,
         gp_kernel=args.gp_kernel,
         gp_fit_steps=args.gp_fit_steps,
+        dp_sigma=args.dp_sigma,
+        dp_clip=args.dp_clip,
     )
 
 
@@ -296,7 +307,21 @@ def cmd_info(args) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "info": cmd_info}
+def _privacy_command(name):
+    def dispatch(args):
+        from pacd_jax import privacy_cli
+
+        return privacy_cli.COMMANDS[name](args)
+
+    return dispatch
+
+
+COMMANDS = {
+    "run": cmd_run,
+    "info": cmd_info,
+    "epsilon": _privacy_command("epsilon"),
+    "gradnorms": _privacy_command("gradnorms"),
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

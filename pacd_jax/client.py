@@ -14,7 +14,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pacd_jax import acquisition, standard_gp
+from pacd_jax import acquisition, dp, standard_gp
 from pacd_jax.gp import GPData, MetaGP, gmll_grads, make_mask, standardise
 
 Array = jax.Array
@@ -71,9 +71,34 @@ def incumbent(buf: ClientBuffer) -> Array:
 # -- PACD-BO -------------------------------------------------------------------
 
 
-def local_gradients(model: MetaGP, particles: Array, buf: ClientBuffer) -> Array:
-    """``{A_{i,k}}_k = grad_phi_k ln Z_beta(S_i, P_phi_k)`` (paper eq. 6): the ``(K, P)`` message."""
-    return gmll_grads(model, particles, model_data(buf))
+def local_gradients(
+    model: MetaGP,
+    particles: Array,
+    buf: ClientBuffer,
+    dp_config: dp.DPConfig | None = None,
+    dp_key: Array | None = None,
+) -> Array:
+    """``{A_{i,k}}_k = grad_phi_k ln Z_beta(S_i, P_phi_k)`` (paper eq. 6): the ``(K, P)`` message.
+
+    With ``dp_config`` enabled (sigma > 0) the message is privatised here, on
+    the client, before it leaves: each particle's gradient is clipped to norm C
+    and gets ``N(0, sigma^2 (2C)^2 I)`` noise drawn with ``dp_key`` (eq. 12-13),
+    the key of (seed, client, round, step) from :func:`dp_step_key`.
+    """
+    grads = gmll_grads(model, particles, model_data(buf))
+    if dp_config is None or not dp_config.enabled:
+        return grads
+    if dp_key is None:
+        raise ValueError("differential privacy needs a PRNG key for the noise")
+    return dp.clip_and_noise(grads, dp_key, dp_config.sigma, dp_config.clip)
+
+
+def dp_step_key(round_key: Array, step: Array) -> Array:
+    """The DP noise key of one SVGD step from the client's round key ``keys.client_key(seed, "dp", i, t)``.
+
+    Equal to ``keys.step_key(seed, "dp", i, t, step)``, so every backend draws the same noise.
+    """
+    return jax.random.fold_in(round_key, step)
 
 
 def meta_acquisition(model: MetaGP, particles: Array, buf: ClientBuffer, kappa: float):

@@ -136,6 +136,16 @@ def _run(config, task_factory, on_round) -> dict:
     )
 
 
+def privacy_record(config: RunConfig, delta: float = 1e-5) -> dict | None:
+    """run.json's ``epsilon``: None without DP, else epsilon at ``delta`` of one client's whole run (PLD, and RDP)."""
+    if config.dp_sigma == 0 or config.method == "independent":
+        return None
+    from pacd_jax import accounting
+
+    steps = accounting.total_steps(config.svgd_steps, config.iters, config.svgd_steps_init)
+    return accounting.run_record(config.dp_sigma, config.dp_clip, config.num_particles, steps, delta)
+
+
 def method_num_params(config: RunConfig, dim: int) -> int:
     """P, the length of one particle (what each message carries K of)."""
     return methods.meta_gp(config, dim).num_params if messages.communicates(config) else 0
@@ -183,7 +193,7 @@ def document(
         "iters": config.iters,
         "config": {**config.to_dict(), "init_points": init_points, "noise_std": noise_std},
         "wall_time_s": wall_time_s,
-        "epsilon": None,
+        "epsilon": privacy_record(config),
         "summary": metrics.summarise(np.asarray(finals), np.asarray(aucs)),
         "communication": messages.schedule(config, num_params, messages.itemsize(config.x64)),
         "results": [{"seed": seed, "clients": clients} for seed, clients in seed_clients],

@@ -129,7 +129,7 @@ def bo_round(problem: Problem, method: Method, state: RunState, round_idx: Array
     Returns:
         ``(state, (x_unit, y))`` with the new queries ``(N, d)`` and observations ``(N,)``.
     """
-    model = method.learn(state.model, state.buffers, round_idx)
+    model = method.learn(state.model, state.buffers, round_idx, problem.client_keys(seed, "dp", round_idx))
     x = method.propose(model, state.buffers, problem.client_keys(seed, "propose", round_idx))
     f = problem.evaluate_all(params, x)
     y = problem.observe(f, seed, round_idx)

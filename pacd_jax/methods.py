@@ -15,7 +15,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pacd_jax import client, coordinator, keys, standard_gp
+from pacd_jax import client, coordinator, dp, keys, standard_gp
 from pacd_jax.acquisition import MaximiserConfig
 from pacd_jax.client import ClientBuffer
 from pacd_jax.config import RunConfig
@@ -26,9 +26,10 @@ Array = jax.Array
 
 
 class Method(NamedTuple):
-    """``init(seed, buffers) -> state``, ``learn(state, buffers, t) -> state``,
-    ``propose(state, buffers, keys) -> (N, d)``. ``buffers`` and the per-client
-    proposal ``keys`` are stacked over clients."""
+    """``init(seed, buffers) -> state``, ``learn(state, buffers, t, dp_keys=None) -> state``,
+    ``propose(state, buffers, keys) -> (N, d)``. ``buffers``, the per-client
+    proposal ``keys`` and the per-client DP round keys ``dp_keys`` (used only
+    when differential privacy is on) are stacked over clients."""
 
     name: str
     init: Callable[[Array, ClientBuffer], Any]
@@ -85,6 +86,11 @@ class MetaLearner:
         return coordinator.update(self.model, self.objective, self.svgd, state, grads, beta)
 
 
+def dp_config(config: RunConfig) -> dp.DPConfig:
+    """The run's differential-privacy setting (``enabled`` iff ``dp_sigma > 0``)."""
+    return dp.check_config(config.dp_sigma, config.dp_clip)
+
+
 def meta_learner(config: RunConfig, dim: int) -> MetaLearner:
     return MetaLearner(
         model=meta_gp(config, dim),
@@ -99,16 +105,23 @@ def meta_learner(config: RunConfig, dim: int) -> MetaLearner:
 def pacd(config: RunConfig, dim: int) -> Method:
     """PACD-BO (paper section III): SVGD on the aggregated score, UCB on the K-GP mixture."""
     learner = meta_learner(config, dim)
+    privacy = dp_config(config)
 
     def init(seed, buffers):
         return learner.init(seed, buffers.X.dtype)
 
-    def learn(state, buffers, round_idx):
+    def learn(state, buffers, round_idx, dp_keys=None):
         beta = buffers.count[0].astype(buffers.X.dtype)  # beta = m, the same for every client
+        if privacy.enabled and dp_keys is None:
+            raise ValueError("differential privacy needs the clients' DP round keys")
 
-        def one_step(_, s):
-            # every client computes its K gradients on its own data (eq. 6) ...
-            grads = jax.vmap(client.local_gradients, (None, None, 0))(learner.model, s.particles, buffers)
+        def one_step(j, s):
+            # every client computes its K gradients on its own data (eq. 6), privatised
+            # there when DP is on (eq. 12-13) ...
+            step_keys = jax.vmap(client.dp_step_key, (0, None))(dp_keys, j) if privacy.enabled else None
+            grads = jax.vmap(client.local_gradients, (None, None, 0, None, 0 if privacy.enabled else None))(
+                learner.model, s.particles, buffers, privacy, step_keys
+            )
             # ... and the coordinator aggregates them and moves the particles (eq. 7)
             return learner.coordinator_update(s, grads, beta)
 
@@ -129,6 +142,8 @@ def propose_meta_all(learner: MetaLearner, config: RunConfig, particles: Array, 
 
 def independent(config: RunConfig, dim: int) -> Method:
     """Independent BO: each client fits its own standard GP (DESIGN.md section 5)."""
+    if dp_config(config).enabled:
+        raise ValueError("--dp-sigma applies to the meta-learner's gradients; the independent method sends nothing to privatise")
     gp_config = standard_gp.StandardGPConfig(dim=dim, kernel=config.gp_kernel, fit_steps=config.gp_fit_steps)
     maximiser = maximiser_config(config)
 
@@ -138,8 +153,8 @@ def independent(config: RunConfig, dim: int) -> Method:
         h = standard_gp.default_hyper(gp_config, buffers.X.dtype)
         return jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (n,) + a.shape), h)
 
-    def learn(state, buffers, round_idx):
-        del round_idx
+    def learn(state, buffers, round_idx, dp_keys=None):
+        del round_idx, dp_keys
         return jax.vmap(client.fit_standard_gp, (None, 0, 0))(gp_config, state, buffers)
 
     def propose(state, buffers, keys_):

@@ -77,18 +77,21 @@ def client_method(config: RunConfig, dim: int, channel: Channel) -> Method:
         return methods.independent(config, dim)
     learner = methods.meta_learner(config, dim)
     model = learner.model
+    privacy = methods.dp_config(config)
 
     def init(seed, buffers):
         del seed  # the coordinator owns the particles; this is only a receive buffer
         return jnp.zeros((learner.num_particles, model.num_params), buffers.X.dtype)
 
-    def learn(particles, buffers, round_idx):
+    def learn(particles, buffers, round_idx, dp_keys=None):
         own = jax.tree_util.tree_map(lambda a: a[0], buffers)  # this client's buffer
         steps = learner.num_steps(round_idx)
 
         def one_step(j, p):
             p = channel.broadcast(p, round_idx, j)
-            channel.collect(client.local_gradients(model, p, own), round_idx, j)
+            # privatised here (eq. 12-13) with the key of (seed, this client's global id, round, step)
+            key = client.dp_step_key(dp_keys[0], j) if privacy.enabled else None
+            channel.collect(client.local_gradients(model, p, own, privacy, key), round_idx, j)
             return p
 
         particles = jax.lax.fori_loop(0, steps, one_step, particles)
