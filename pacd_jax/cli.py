@@ -123,9 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
     acq.add_argument("--refine", type=_positive_int, default=defaults.num_refine, help="candidates refined by gradient (default %(default)s)")
     acq.add_argument("--refine-steps", type=_nonneg_int, default=defaults.refine_steps, help="refinement steps (default %(default)s)")
 
-    ind = run.add_argument_group("independent baseline")
+    ind = run.add_argument_group("independent and CBOC baselines")
     ind.add_argument("--gp-kernel", choices=("matern52", "rbf"), default=defaults.gp_kernel, help="default %(default)s")
     ind.add_argument("--gp-fit-steps", type=_positive_int, default=defaults.gp_fit_steps, help="L-BFGS steps per round (default %(default)s)")
+    ind.add_argument("--consensus-steps", type=_positive_int, help="cboc-u/cboc-l: rounds n_c of the consensus schedule (default: T)")
 
     out = run.add_argument_group("execution and output")
     out.add_argument("--backend", choices=BACKENDS, default=defaults.backend,
@@ -139,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--out", required=True, metavar="DIR", help="output folder for run.json and the plot")
     out.add_argument("--format", choices=("png", "pdf"), default="png", help="figure format (default %(default)s)")
     out.add_argument("--quiet", action="store_true", help="no progress bar or summary table")
+
+    from pacd_jax import table
+
+    table.add_parser(sub)
     return parser
 
 
@@ -210,6 +215,7 @@ def _config_from_args(args):
         refine_steps=args.refine_steps,
         gp_kernel=args.gp_kernel,
         gp_fit_steps=args.gp_fit_steps,
+        consensus_steps=args.consensus_steps,
     )
 
 
@@ -282,13 +288,20 @@ def _prepare_mpi_process(argv) -> None:
     pin_one_core_per_rank(_world_rank())
 
 
-COMMANDS = {"run": cmd_run}
+def cmd_table(args) -> int:
+    from pacd_jax import table
+
+    return table.cmd_table(args)
+
+
+COMMANDS = {"run": cmd_run, "table": cmd_table}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)
         if getattr(args, "backend", None) == "mpi":
             _prepare_mpi_process(argv)
         return COMMANDS[args.command](args)

@@ -1,0 +1,405 @@
+"""``pacd-bo table``: the Table I / Figure 2 grid (paper section IV, DESIGN.md sections 6 and 9).
+
+Runs every (benchmark, method) cell over the same seeds (each cell is one
+:func:`pacd_jax.experiment.run`, vectorised over seeds and clients) and
+writes, under ``--out DIR``:
+
+* ``cells/BENCHMARK/METHOD/run.json``: each cell's full run document;
+* ``table.json``: ``{benchmark: {method: {final_regret_mean, final_regret_std,
+  auc_mean, auc_std, seeds, per_seed: [{seed, final_regret, auc}]}}, "meta": {...}}``;
+* ``table.md``: Table I's layout (normalised regret on top, AUC over the first
+  10% of rounds below, mean ± std over seeds, best per column in bold);
+* ``convergence.png``: Figure 2, mean normalised regret vs round with a ±1 std
+  band over seeds, one panel per benchmark, one line per method.
+
+Resumable: a cell whose ``run.json`` exists and was made with the same
+configuration is not run again, so an interrupted grid continues where it
+stopped. Cells run in ``--jobs`` worker processes, each single-threaded
+(:data:`WORKER_XLA_FLAGS`, set before JAX is imported; recorded in the meta,
+because the thread count changes float32 round-off), so the table does not
+depend on ``--jobs``.
+
+This module imports no JAX at import time: workers set their flags first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+#: XLA flags of every worker process: one thread per cell.
+WORKER_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+#: Table I's column and row order.
+DEFAULT_BENCHMARKS = ("sinusoid", "branin", "hartmann6", "wingweight")
+DEFAULT_METHODS = ("independent", "pacoh", "pacd", "cboc-u", "cboc-l")
+LABELS = {"independent": "Independent", "pacoh": "PACOH-BO", "pacd": "PACD-BO", "cboc-u": "CBOC-U", "cboc-l": "CBOC-L"}
+BENCH_LABELS = {"sinusoid": "Sinusoid", "branin": "Branin", "hartmann6": "Hartmann-6", "wingweight": "Wing Weight"}
+
+
+def config_dict(config) -> dict:
+    """The options that define a cell (``RunConfig.to_dict``)."""
+    return config.to_dict()
+
+
+def config_hash(options: dict) -> str:
+    """SHA-256 of the canonical JSON of a cell's options."""
+    return hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()
+
+
+def cell_path(out: Path, benchmark: str, method: str) -> Path:
+    return Path(out) / "cells" / benchmark / method / "run.json"
+
+
+def cell_done(path: Path, options: dict) -> bool:
+    """A finished cell: ``run.json`` readable and made with exactly ``options``."""
+    from pacd_jax import io
+
+    try:
+        doc = io.read_json(path)
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("table_cell", {}).get("config_hash") == config_hash(options)
+
+
+def _init_worker(xla_flags: str | None) -> None:
+    # Ctrl-C goes to the whole process group; only the parent handles it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if xla_flags is not None:
+        os.environ["XLA_FLAGS"] = xla_flags
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def _run_cell(job: tuple[dict, str]) -> tuple[str, str, float]:
+    """Worker: run one cell from its options and write its ``run.json`` atomically."""
+    options, path = job
+    from pacd_jax import experiment, io
+    from pacd_jax.config import RunConfig
+
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
+    doc = experiment.run(RunConfig(**fields))
+    # what the cell was asked to run (run.json's config also resolves defaults such as init_points)
+    doc["table_cell"] = {"config_hash": config_hash(options), "xla_flags": os.environ.get("XLA_FLAGS")}
+    io.write_json(path, doc)
+    return options["benchmark"], options["method"], float(doc["wall_time_s"])
+
+
+def run_grid(
+    base,
+    benchmarks: Sequence[str],
+    methods: Sequence[str],
+    out: str | os.PathLike,
+    jobs: int = 1,
+    progress: bool = True,
+    command: str = "",
+    xla_flags: str | None = WORKER_XLA_FLAGS,
+    on_cell: Callable[[str, str], None] | None = None,
+    run_first: Sequence[str] = (),
+) -> dict:
+    """Run (or resume) the grid and write ``table.json``, ``table.md`` and ``convergence.png``.
+
+    Args:
+        base: a :class:`~pacd_jax.config.RunConfig` with everything but
+            benchmark and method (seeds, iters, clients, settings).
+        benchmarks, methods: the grid's columns and rows.
+        out: output folder.
+        jobs: worker processes (each runs one cell at a time, single-threaded).
+        progress: show a progress bar over cells with the time left.
+        command: the command line to record in the meta.
+        xla_flags: XLA flags of the workers (None: inherit the environment).
+        on_cell: called with ``(benchmark, method)`` after each cell finishes.
+        run_first: benchmarks whose cells are scheduled first (the table keeps
+            the order of ``benchmarks``).
+
+    Returns:
+        The ``table.json`` document.
+    """
+    from tqdm.auto import tqdm
+
+    out = Path(out)
+    start = time.perf_counter()
+    todo, skipped = [], 0
+    schedule = [b for b in run_first if b in benchmarks] + [b for b in benchmarks if b not in run_first]
+    for bench in schedule:
+        for method in methods:
+            options = config_dict(base.replace(benchmark=bench, method=method))
+            path = cell_path(out, bench, method)
+            if cell_done(path, options):
+                skipped += 1
+            else:
+                todo.append((options, str(path)))
+    bar = tqdm(total=len(todo), unit="cell", disable=not progress, desc=f"table ({skipped} cell(s) already done)",
+               bar_format="{desc}: {n}/{total} cells [{elapsed} elapsed, {remaining} left]")
+    if todo:
+        ctx = multiprocessing.get_context("spawn")
+        pool = ctx.Pool(min(jobs, len(todo)), initializer=_init_worker, initargs=(xla_flags,))
+        previous_term = signal.signal(signal.SIGTERM, _raise_interrupt) if _main_thread() else None
+        try:
+            for bench, method, _ in pool.imap_unordered(_run_cell, todo):
+                bar.update(1)
+                bar.set_postfix_str(f"{bench}/{method}")
+                if on_cell is not None:
+                    on_cell(bench, method)
+            pool.close()
+        except BaseException:
+            pool.terminate()
+            raise
+        finally:
+            pool.join()
+            bar.close()
+            if previous_term is not None:
+                signal.signal(signal.SIGTERM, previous_term)
+    else:
+        bar.close()
+    return summarise_grid(base, benchmarks, methods, out, command, xla_flags,
+                          {"elapsed_s": time.perf_counter() - start, "cells_run": len(todo), "cells_reused": skipped})
+
+
+def summarise_grid(base, benchmarks, methods, out, command: str, xla_flags: str | None, extra: dict | None = None) -> dict:
+    """Write ``table.json``, ``table.md`` and ``convergence.png`` from the cells present in ``out``."""
+    out = Path(out)
+    doc = collect(out, benchmarks, methods)
+    doc["meta"] = {
+        "command": command,
+        **_provenance(),
+        "wall_time_s": float(sum(c["wall_time_s"] for c in _cells(out, benchmarks, methods))),
+        "missing_cells": [f"{b}/{m}" for b in benchmarks for m in methods if m not in doc.get(b, {})],
+        "xla_flags": xla_flags,
+        "config": {k: v for k, v in config_dict(base).items() if k not in ("benchmark", "method")},
+        **(extra or {}),
+    }
+    write_outputs(doc, out, benchmarks, methods)
+    return doc
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _provenance() -> dict:
+    from pacd_jax import provenance
+
+    return {"commit": provenance.commit(), "machine": provenance.machine()}
+
+
+def _cells(out: Path, benchmarks, methods):
+    from pacd_jax import io
+
+    for bench in benchmarks:
+        for method in methods:
+            path = cell_path(out, bench, method)
+            if path.exists():
+                yield io.read_json(path)
+
+
+def collect(out: str | os.PathLike, benchmarks: Sequence[str], methods: Sequence[str]) -> dict:
+    """``table.json`` body from the cells' ``run.json`` (client-averaged, then over seeds).
+
+    Cells without a ``run.json`` are left out (a partial grid)."""
+    from pacd_jax import io
+
+    doc: dict = {}
+    for bench in benchmarks:
+        doc[bench] = {}
+        for method in methods:
+            path = cell_path(Path(out), bench, method)
+            if not path.exists():
+                continue  # a partial grid (see meta.missing_cells)
+            run = io.read_json(path)
+            per_seed = [
+                {
+                    "seed": r["seed"],
+                    "final_regret": float(np.mean([c["final_regret"] for c in r["clients"]])),
+                    "auc": float(np.mean([c["auc"] for c in r["clients"]])),
+                }
+                for r in run["results"]
+            ]
+            doc[bench][method] = {**run["summary"], "seeds": [p["seed"] for p in per_seed], "per_seed": per_seed}
+    return doc
+
+
+def _fmt(mean: float, std: float, bold: bool) -> str:
+    text = f"{mean:.4f} ± {std:.4f}"
+    return f"**{text}**" if bold else text
+
+
+def markdown(doc: dict, benchmarks: Sequence[str], methods: Sequence[str]) -> str:
+    """Table I: methods as rows, benchmarks as columns; regret block then AUC block.
+
+    Bold: the lowest mean per column (every method that ties it at the 4 shown decimals).
+    """
+    header = "| Method | " + " | ".join(BENCH_LABELS.get(b, b) for b in benchmarks) + " |"
+    rule = "|---|" + "---|" * len(benchmarks)
+    lines = []
+    for title, key in (("Normalised regret (final)", "final_regret"), ("AUC (first 10% of rounds)", "auc")):
+        lines += [f"**{title}**, mean ± std over seeds", "", header, rule]
+        best = {b: min((round(doc[b][m][f"{key}_mean"], 4) for m in methods if m in doc.get(b, {})), default=None)
+                for b in benchmarks}
+        for m in methods:
+            cells = [
+                _fmt(doc[b][m][f"{key}_mean"], doc[b][m][f"{key}_std"], round(doc[b][m][f"{key}_mean"], 4) == best[b])
+                if m in doc.get(b, {}) else "not run"
+                for b in benchmarks
+            ]
+            lines.append(f"| {LABELS.get(m, m)} | " + " | ".join(cells) + " |")
+        lines.append("")
+    meta = doc.get("meta")
+    if meta:
+        cfg = meta.get("config", {})
+        if meta.get("missing_cells"):
+            lines.append(f"Partial grid: not run yet: {', '.join(meta['missing_cells'])}.")
+            lines.append("")
+        lines.append(
+            f"{len(cfg.get('seeds', []))} seed(s) {cfg.get('seeds')}, {cfg.get('iters')} rounds, "
+            f"{cfg.get('num_clients')} clients. Generated by `{meta['command']}` at commit `{meta['commit']}` "
+            f"on {meta['machine']}; {meta['wall_time_s']:.0f} s of cell compute (XLA_FLAGS `{meta['xla_flags']}`)."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_grid(out: Path, benchmarks: Sequence[str], methods: Sequence[str], path: str | os.PathLike) -> None:
+    """Figure 2: mean client-averaged normalised regret vs round, ±1 std band over seeds."""
+    from pacd_jax import io
+    from pacd_jax.experiment import regret_curves
+    from pacd_jax.plotting import METHOD_COLOURS, METHOD_LABELS, _pyplot
+
+    plt = _pyplot()
+    floor = 1e-6  # a log axis cannot show regret 0
+    fig, axes = plt.subplots(1, len(benchmarks), figsize=(3.4 * len(benchmarks), 3.0), dpi=150, squeeze=False)
+    for ax, bench in zip(axes[0], benchmarks):
+        for method in methods:
+            run_path = cell_path(out, bench, method)
+            if not run_path.exists():
+                continue
+            per_seed = regret_curves(io.read_json(run_path)).mean(axis=1)  # (S, T+1)
+            mean, std = per_seed.mean(axis=0), per_seed.std(axis=0)
+            rounds = np.arange(mean.shape[0])
+            colour = METHOD_COLOURS.get(method, None)
+            ax.plot(rounds, np.maximum(mean, floor), color=colour, lw=1.6, label=METHOD_LABELS.get(method, method))
+            ax.fill_between(rounds, np.maximum(mean - std, floor), np.maximum(mean + std, floor), color=colour, alpha=0.15)
+        ax.set_yscale("log")
+        ax.set_title(BENCH_LABELS.get(bench, bench), fontsize=9)
+        ax.set_xlabel("BO round t")
+        ax.grid(alpha=0.3, which="both")
+    axes[0][0].set_ylabel("normalised regret")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fmt = os.path.splitext(str(path))[1].lstrip(".") or "png"
+    with io.atomic_path(path) as tmp:
+        fig.savefig(tmp, format=fmt)
+    plt.close(fig)
+
+
+def write_outputs(doc: dict, out: Path, benchmarks: Sequence[str], methods: Sequence[str]) -> None:
+    from pacd_jax import io
+
+    io.write_json(out / "table.json", doc)
+    with io.atomic_path(out / "table.md") as tmp:
+        tmp.write_text(markdown(doc, benchmarks, methods))
+    plot_grid(out, benchmarks, methods, out / "convergence.png")
+
+
+# -- command line ---------------------------------------------------------------------
+
+
+def _csv(choices: Sequence[str]):
+    import argparse
+
+    def parse(text: str) -> list[str]:
+        values = [v.strip() for v in text.split(",") if v.strip()]
+        if not values:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
+        bad = [v for v in values if v not in choices]
+        if bad:
+            raise argparse.ArgumentTypeError(f"unknown {bad[0]!r}; choose from {', '.join(choices)}")
+        if len(set(values)) != len(values):
+            raise argparse.ArgumentTypeError(f"repeated entry in {text!r}")
+        return values
+
+    return parse
+
+
+def _setting(text: str) -> tuple[str, object]:
+    import argparse
+    import dataclasses
+
+    from pacd_jax.config import RunConfig
+
+    key, sep, value = text.partition("=")
+    names = {f.name for f in dataclasses.fields(RunConfig)} - {"benchmark", "method", "seeds", "iters", "num_clients", "backend"}
+    if not sep or key not in names:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE with KEY a run option ({', '.join(sorted(names))}), got {text!r}")
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = value
+    if isinstance(parsed, list):
+        parsed = tuple(parsed)
+    return key, parsed
+
+
+def add_parser(sub) -> None:
+    """Register ``pacd-bo table`` on the CLI's subparsers."""
+    from pacd_jax.cli import _int_list, _positive_int
+
+    p = sub.add_parser(
+        "table",
+        help="run the Table I / Figure 2 grid (benchmarks x methods x seeds)",
+        description="Run every (benchmark, method) cell over the same seeds; resumable; writes DIR/table.md, "
+        "DIR/table.json, DIR/convergence.png and DIR/cells/BENCH/METHOD/run.json.",
+    )
+    p.add_argument("--benchmarks", type=_csv(DEFAULT_BENCHMARKS), default=list(DEFAULT_BENCHMARKS),
+                   help="comma-separated (default: all four)")
+    p.add_argument("--methods", type=_csv(DEFAULT_METHODS), default=list(DEFAULT_METHODS),
+                   help="comma-separated (default: independent,pacoh,pacd,cboc-u,cboc-l)")
+    seeds = p.add_mutually_exclusive_group()
+    seeds.add_argument("--seeds", type=_positive_int, default=10, help="run seeds 0..S-1 (default %(default)s)")
+    seeds.add_argument("--seed-list", type=_int_list, help="comma-separated seeds")
+    p.add_argument("--iters", type=_positive_int, default=100, help="BO rounds T (default %(default)s)")
+    p.add_argument("--clients", type=_positive_int, default=5, help="clients N (default %(default)s)")
+    p.add_argument("--set", dest="settings", type=_setting, action="append", default=[], metavar="KEY=VALUE",
+                   help="override a run option of every cell, e.g. --set svgd_steps=20 (repeatable; names as in run.json's config)")
+    p.add_argument("--jobs", type=_positive_int, default=1, help="worker processes, one single-threaded cell each (default %(default)s)")
+    p.add_argument("--x64", action="store_true", help="compute in float64")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or table printout")
+
+
+def base_config(args):
+    from pacd_jax.config import RunConfig
+
+    seeds = tuple(args.seed_list) if args.seed_list is not None else tuple(range(args.seeds))
+    return RunConfig(seeds=seeds, iters=args.iters, num_clients=args.clients, x64=args.x64, **dict(args.settings))
+
+
+def cmd_table(args) -> int:
+    import shlex
+
+    from pacd_jax.cli import UsageError
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {str(out)!r} exists and is not a folder")
+    base = base_config(args)
+    argv = getattr(args, "argv", None) or []
+    command = "pacd-bo " + " ".join(map(shlex.quote, argv))
+    doc = run_grid(base, args.benchmarks, args.methods, out, args.jobs,
+                   progress=not args.quiet and sys.stderr.isatty(), command=command)
+    if not args.quiet:
+        print(markdown(doc, args.benchmarks, args.methods))
+        print(f"wrote {out / 'table.md'}, {out / 'table.json'} and {out / 'convergence.png'}")
+    return 0
