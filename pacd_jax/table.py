@@ -78,18 +78,23 @@ def _init_worker(xla_flags: str | None) -> None:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-def _run_cell(job: tuple[dict, str]) -> tuple[str, str, float]:
-    """Worker: run one cell from its options and write its ``run.json`` atomically."""
+def _run_cell(job: tuple[dict, str]) -> tuple[str, str, str | None]:
+    """Worker: run one cell from its options and write its ``run.json`` atomically.
+
+    Returns ``(benchmark, method, error)``, ``error`` None on success."""
     options, path = job
     from pacd_jax import experiment, io
     from pacd_jax.config import RunConfig
 
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
-    doc = experiment.run(RunConfig(**fields))
+    try:
+        doc = experiment.run(RunConfig(**fields))
+    except Exception as exc:  # one failing cell must not stop the grid; it is reported and left missing
+        return options["benchmark"], options["method"], f"{type(exc).__name__}: {exc}"
     # what the cell was asked to run (run.json's config also resolves defaults such as init_points)
     doc["table_cell"] = {"config_hash": config_hash(options), "xla_flags": os.environ.get("XLA_FLAGS"), **_provenance()}
     io.write_json(path, doc)
-    return options["benchmark"], options["method"], float(doc["wall_time_s"])
+    return options["benchmark"], options["method"], None
 
 
 def run_grid(
@@ -126,7 +131,7 @@ def run_grid(
 
     out = Path(out)
     start = time.perf_counter()
-    todo, skipped = [], 0
+    todo, skipped, failed = [], 0, []
     schedule = [b for b in run_first if b in benchmarks] + [b for b in benchmarks if b not in run_first]
     for bench in schedule:
         for method in methods:
@@ -143,9 +148,12 @@ def run_grid(
         pool = ctx.Pool(min(jobs, len(todo)), initializer=_init_worker, initargs=(xla_flags,))
         previous_term = signal.signal(signal.SIGTERM, _raise_interrupt) if _main_thread() else None
         try:
-            for bench, method, _ in pool.imap_unordered(_run_cell, todo):
+            for bench, method, error in pool.imap_unordered(_run_cell, todo):
                 bar.update(1)
                 bar.set_postfix_str(f"{bench}/{method}")
+                if error is not None:
+                    failed.append(f"{bench}/{method}: {error}")
+                    print(f"pacd-bo table: cell {bench}/{method} failed: {error}", file=sys.stderr)
                 if on_cell is not None:
                     on_cell(bench, method)
             pool.close()
@@ -160,7 +168,8 @@ def run_grid(
     else:
         bar.close()
     return summarise_grid(base, benchmarks, methods, out, command, xla_flags,
-                          {"elapsed_s": time.perf_counter() - start, "cells_run": len(todo), "cells_reused": skipped})
+                          {"elapsed_s": time.perf_counter() - start, "cells_run": len(todo) - len(failed),
+                           "cells_reused": skipped, "failed_cells": failed})
 
 
 def summarise_grid(base, benchmarks, methods, out, command: str, xla_flags: str | None, extra: dict | None = None) -> dict:
