@@ -15,6 +15,11 @@ CBOC agents each propose a point ``x_hat_i`` and then query the mixed point
   ``l`` equal to ``1/(N-1)`` and ``W[l,l] = 0``.
 
 Both keep ``W`` symmetric and doubly stochastic (rows and columns sum to 1).
+The leader rule as written checks only the leader's self-weight, so after
+many rounds without a reset an entry between two agents that are rarely the
+leader can fall below zero (down to about -0.03 in simulations with N = 5 and
+n_c = T = 100); the mixed point is then an affine, not convex, combination and
+the CBOC method clips it to the box.
 All functions are pure ``jnp`` and jit-able with traced ``t`` and ``l``.
 """
 
