@@ -76,7 +76,13 @@ def main(argv=None) -> int:
     base = RunConfig(seeds=tuple(range(args.seeds)), iters=args.iters, num_clients=args.clients)
     cmd = command("benchmarks/table1.py", argv)
     if args.collect_only:
-        doc = table.summarise_grid(base, benchmarks, methods, args.cells, cmd, table.WORKER_XLA_FLAGS)
+        previous = Path(args.cells) / "table.json"
+        extra = {"collected_by": cmd}
+        if previous.exists():  # keep the command and elapsed time of the run that made the cells
+            meta = io.read_json(previous).get("meta", {})
+            cmd = meta.get("command", cmd)
+            extra.update({k: meta[k] for k in ("elapsed_s", "cells_run", "cells_reused", "failed_cells") if k in meta})
+        doc = table.summarise_grid(base, benchmarks, methods, args.cells, cmd, table.WORKER_XLA_FLAGS, extra)
     else:
         doc = table.run_grid(base, benchmarks, methods, args.cells, args.jobs, progress=True, command=cmd,
                              run_first=[b for b in args.run_first.split(",") if b])

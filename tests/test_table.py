@@ -15,7 +15,7 @@ from pacd_jax import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = [f"--set={k}={json.dumps(list(v) if isinstance(v, tuple) else v).replace(' ', '')}" for k, v in SMALL.items()]
-GRID = ["table", "--benchmarks", "sinusoid,branin", "--methods", "pacd,cboc-l", "--seeds", "2", "--iters", "3", *SETTINGS]
+GRID = ["table", "--benchmarks", "sinusoid,branin", "--methods", "pacd,cboc-l", "--seeds", "2", "--iters", "2", *SETTINGS]
 STAT_KEYS = {"final_regret_mean", "final_regret_std", "auc_mean", "auc_std", "seeds", "per_seed"}
 
 
