@@ -66,6 +66,8 @@ def main(argv=None) -> int:
     parser.add_argument("--run-first", default="", help="benchmarks whose cells are scheduled first")
     parser.add_argument("--cells", default=str(RESULTS / "table1_cells"), help="cell folder (not committed; lets a run resume)")
     parser.add_argument("--collect-only", action="store_true", help="write the tables from the finished cells, run nothing")
+    parser.add_argument("--more-seeds", action="append", default=[], metavar="DIR",
+                        help="with --collect-only: a `pacd-bo table` folder whose cells' seeds are added (repeatable)")
     parser.add_argument("--no-readme", action="store_true")
     args = parser.parse_args(argv)
 
@@ -82,7 +84,12 @@ def main(argv=None) -> int:
             meta = io.read_json(previous).get("meta", {})
             cmd = meta.get("command", cmd)
             extra.update({k: meta[k] for k in ("elapsed_s", "cells_run", "cells_reused", "failed_cells") if k in meta})
-        doc = table.summarise_grid(base, benchmarks, methods, args.cells, cmd, table.WORKER_XLA_FLAGS, extra)
+        for more in args.more_seeds:
+            more_meta = Path(more) / "table.json"
+            if more_meta.exists():
+                extra.setdefault("more_seeds_commands", []).append(io.read_json(more_meta)["meta"]["command"])
+        doc = table.summarise_grid(base, benchmarks, methods, args.cells, cmd, table.WORKER_XLA_FLAGS, extra,
+                                   more=args.more_seeds)
     else:
         doc = table.run_grid(base, benchmarks, methods, args.cells, args.jobs, progress=True, command=cmd,
                              run_first=[b for b in args.run_first.split(",") if b])

@@ -172,21 +172,27 @@ def run_grid(
                            "cells_reused": skipped, "failed_cells": failed})
 
 
-def summarise_grid(base, benchmarks, methods, out, command: str, xla_flags: str | None, extra: dict | None = None) -> dict:
-    """Write ``table.json``, ``table.md`` and ``convergence.png`` from the cells present in ``out``."""
+def summarise_grid(base, benchmarks, methods, out, command: str, xla_flags: str | None, extra: dict | None = None,
+                   more: Sequence[str | os.PathLike] = ()) -> dict:
+    """Write ``table.json``, ``table.md`` and ``convergence.png`` into ``out`` from the cells
+    present in ``out`` (and in the folders ``more``, whose seeds are added; see :func:`collect`)."""
     out = Path(out)
-    doc = collect(out, benchmarks, methods)
+    sources = [out, *map(Path, more)]
+    cells = [c for d in sources for c in _cells(d, benchmarks, methods)]
+    doc = collect(sources, benchmarks, methods)
     doc["meta"] = {
         "command": command,
         **_provenance(),
-        "wall_time_s": float(sum(c["wall_time_s"] for c in _cells(out, benchmarks, methods))),
+        "wall_time_s": float(sum(c["wall_time_s"] for c in cells)),
         "missing_cells": [f"{b}/{m}" for b in benchmarks for m in methods if m not in doc.get(b, {})],
-        "cell_commits": sorted({c.get("table_cell", {}).get("commit", "unknown") for c in _cells(out, benchmarks, methods)}),
+        "cell_commits": sorted({c.get("table_cell", {}).get("commit", "unknown") for c in cells}),
         "xla_flags": xla_flags,
         "config": {k: v for k, v in config_dict(base).items() if k not in ("benchmark", "method")},
         **(extra or {}),
     }
-    write_outputs(doc, out, benchmarks, methods)
+    if more:
+        doc["meta"]["seed_sources"] = [str(d) for d in sources]
+    write_outputs(doc, out, benchmarks, methods, sources)
     return doc
 
 
@@ -216,29 +222,43 @@ def _cells(out: Path, benchmarks, methods):
                 yield io.read_json(path)
 
 
-def collect(out: str | os.PathLike, benchmarks: Sequence[str], methods: Sequence[str]) -> dict:
+def _dirs(out) -> list[Path]:
+    return [Path(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
+
+
+def _cell_runs(out, bench: str, method: str) -> list[dict]:
+    from pacd_jax import io
+
+    return [io.read_json(cell_path(d, bench, method)) for d in _dirs(out) if cell_path(d, bench, method).exists()]
+
+
+def collect(out, benchmarks: Sequence[str], methods: Sequence[str]) -> dict:
     """``table.json`` body from the cells' ``run.json`` (client-averaged, then over seeds).
 
-    Cells without a ``run.json`` are left out (a partial grid)."""
-    from pacd_jax import io
+    ``out`` is a grid folder or a list of them: a cell's seeds are then the
+    union over the folders (the first folder wins for a repeated seed), e.g.
+    to add seeds to a finished grid. Cells without a ``run.json`` are left out
+    (a partial grid).
+    """
+    from pacd_jax import metrics
 
     doc: dict = {}
     for bench in benchmarks:
         doc[bench] = {}
         for method in methods:
-            path = cell_path(Path(out), bench, method)
-            if not path.exists():
+            per_seed = {}
+            for run in _cell_runs(out, bench, method):
+                for r in run["results"]:
+                    per_seed.setdefault(r["seed"], {
+                        "seed": r["seed"],
+                        "final_regret": float(np.mean([c["final_regret"] for c in r["clients"]])),
+                        "auc": float(np.mean([c["auc"] for c in r["clients"]])),
+                    })
+            if not per_seed:
                 continue  # a partial grid (see meta.missing_cells)
-            run = io.read_json(path)
-            per_seed = [
-                {
-                    "seed": r["seed"],
-                    "final_regret": float(np.mean([c["final_regret"] for c in r["clients"]])),
-                    "auc": float(np.mean([c["auc"] for c in r["clients"]])),
-                }
-                for r in run["results"]
-            ]
-            doc[bench][method] = {**run["summary"], "seeds": [p["seed"] for p in per_seed], "per_seed": per_seed}
+            rows = [per_seed[s] for s in sorted(per_seed)]
+            stats = metrics.summarise(np.array([p["final_regret"] for p in rows]), np.array([p["auc"] for p in rows]))
+            doc[bench][method] = {**stats, "seeds": [p["seed"] for p in rows], "per_seed": rows}
     return doc
 
 
@@ -270,6 +290,12 @@ def markdown(doc: dict, benchmarks: Sequence[str], methods: Sequence[str]) -> st
     meta = doc.get("meta")
     if meta:
         cfg = meta.get("config", {})
+        counts = {(b, m): len(doc[b][m]["seeds"]) for b in benchmarks for m in methods if m in doc.get(b, {})}
+        if len(set(counts.values())) > 1:
+            by_method = {m: sorted({tuple(doc[b][m]["seeds"]) for b in benchmarks if m in doc.get(b, {})}) for m in methods}
+            lines.append("Seeds per cell differ: " + "; ".join(
+                f"{LABELS.get(m, m)} {', '.join(str(list(s)) for s in seeds)}" for m, seeds in by_method.items()) + ".")
+            lines.append("")
         if meta.get("missing_cells"):
             lines.append(f"Partial grid: not run yet: {', '.join(meta['missing_cells'])}.")
             lines.append("")
@@ -284,7 +310,7 @@ def markdown(doc: dict, benchmarks: Sequence[str], methods: Sequence[str]) -> st
     return "\n".join(lines) + "\n"
 
 
-def plot_grid(out: Path, benchmarks: Sequence[str], methods: Sequence[str], path: str | os.PathLike) -> None:
+def plot_grid(out, benchmarks: Sequence[str], methods: Sequence[str], path: str | os.PathLike) -> None:
     """Figure 2: mean client-averaged normalised regret vs round, ±1 std band over seeds."""
     from pacd_jax import io
     from pacd_jax.experiment import regret_curves
@@ -295,10 +321,15 @@ def plot_grid(out: Path, benchmarks: Sequence[str], methods: Sequence[str], path
     fig, axes = plt.subplots(1, len(benchmarks), figsize=(3.4 * len(benchmarks), 3.0), dpi=150, squeeze=False)
     for ax, bench in zip(axes[0], benchmarks):
         for method in methods:
-            run_path = cell_path(out, bench, method)
-            if not run_path.exists():
+            runs = _cell_runs(out, bench, method)
+            if not runs:
                 continue
-            per_seed = regret_curves(io.read_json(run_path)).mean(axis=1)  # (S, T+1)
+            curves, seen = [], set()
+            for run in runs:  # the union of seeds over folders, as in collect
+                keep = [j for j, r in enumerate(run["results"]) if r["seed"] not in seen]
+                seen.update(run["results"][j]["seed"] for j in keep)
+                curves.append(regret_curves(run)[keep].mean(axis=1))
+            per_seed = np.concatenate(curves)  # (S, T+1)
             mean, std = per_seed.mean(axis=0), per_seed.std(axis=0)
             rounds = np.arange(mean.shape[0])
             colour = METHOD_COLOURS.get(method, None)
@@ -317,13 +348,13 @@ def plot_grid(out: Path, benchmarks: Sequence[str], methods: Sequence[str], path
     plt.close(fig)
 
 
-def write_outputs(doc: dict, out: Path, benchmarks: Sequence[str], methods: Sequence[str]) -> None:
+def write_outputs(doc: dict, out: Path, benchmarks: Sequence[str], methods: Sequence[str], sources=None) -> None:
     from pacd_jax import io
 
     io.write_json(out / "table.json", doc)
     with io.atomic_path(out / "table.md") as tmp:
         tmp.write_text(markdown(doc, benchmarks, methods))
-    plot_grid(out, benchmarks, methods, out / "convergence.png")
+    plot_grid(sources or out, benchmarks, methods, out / "convergence.png")
 
 
 # -- command line ---------------------------------------------------------------------
