@@ -14,7 +14,7 @@ writes, under ``--out DIR``:
 
 Resumable: a cell whose ``run.json`` exists and was made with the same
 configuration is not run again, so an interrupted grid continues where it
-stopped. Cells run in ``--jobs`` worker processes, each single-threaded
+stopped. Cells run in ``--jobs`` worker processes (one fresh process per cell), each single-threaded
 (:data:`WORKER_XLA_FLAGS`, set before JAX is imported; recorded in the meta,
 because the thread count changes float32 round-off), so the table does not
 depend on ``--jobs``.
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 import os
 import signal
 import sys
@@ -70,12 +69,58 @@ def cell_done(path: Path, options: dict) -> bool:
     return isinstance(doc, dict) and doc.get("table_cell", {}).get("config_hash") == config_hash(options)
 
 
-def _init_worker(xla_flags: str | None) -> None:
-    # Ctrl-C goes to the whole process group; only the parent handles it.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _run_cells(todo: list, jobs: int, xla_flags: str | None):
+    """Run cells in up to ``jobs`` worker processes; yield ``(benchmark, method, error)`` as they finish.
+
+    Each cell is a fresh ``python`` subprocess (its own XLA flags, no shared
+    state, nothing to deadlock on); on an interrupt every running worker is
+    killed and the interrupt re-raised. Finished cells are on disk (atomic writes).
+    """
+    import subprocess
+    import tempfile
+
+    env = dict(os.environ)
     if xla_flags is not None:
-        os.environ["XLA_FLAGS"] = xla_flags
-        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        env["XLA_FLAGS"] = xla_flags
+        env.setdefault("OMP_NUM_THREADS", "1")
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    pending, running = list(todo), {}
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                options, path = pending.pop(0)
+                log = tempfile.TemporaryFile(mode="w+")
+                proc = subprocess.Popen(
+                    [sys.executable, "-c", "import sys, json; from pacd_jax.table import _worker_main; _worker_main()",
+                     json.dumps([options, path])],
+                    env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
+                )
+                running[proc] = (options, log)
+            time.sleep(0.2)
+            for proc in [p for p in running if p.poll() is not None]:
+                options, log = running.pop(proc)
+                error = None
+                if proc.returncode != 0:
+                    log.seek(0)
+                    lines = [ln for ln in log.read().strip().splitlines() if ln.strip()]
+                    error = lines[-1] if lines else f"worker exited with code {proc.returncode}"
+                log.close()
+                yield options["benchmark"], options["method"], error
+    finally:
+        for proc, (_, log) in running.items():  # interrupted: stop our own workers
+            proc.kill()
+            proc.wait()
+            log.close()
+
+
+def _worker_main() -> None:
+    """Entry point of a cell worker process: ``[options, path]`` as JSON in argv[1]."""
+    options, path = json.loads(sys.argv[1])
+    _, _, error = _run_cell((options, path))
+    if error is not None:
+        print(error, file=sys.stderr)
+        sys.exit(1)
 
 
 def _run_cell(job: tuple[dict, str]) -> tuple[str, str, str | None]:
@@ -144,11 +189,9 @@ def run_grid(
     bar = tqdm(total=len(todo), unit="cell", disable=not progress, desc=f"table ({skipped} cell(s) already done)",
                bar_format="{desc}: {n}/{total} cells [{elapsed} elapsed, {remaining} left]")
     if todo:
-        ctx = multiprocessing.get_context("spawn")
-        pool = ctx.Pool(min(jobs, len(todo)), initializer=_init_worker, initargs=(xla_flags,))
         previous_term = signal.signal(signal.SIGTERM, _raise_interrupt) if _main_thread() else None
         try:
-            for bench, method, error in pool.imap_unordered(_run_cell, todo):
+            for bench, method, error in _run_cells(todo, jobs, xla_flags):
                 bar.update(1)
                 bar.set_postfix_str(f"{bench}/{method}")
                 if error is not None:
@@ -156,12 +199,7 @@ def run_grid(
                     print(f"pacd-bo table: cell {bench}/{method} failed: {error}", file=sys.stderr)
                 if on_cell is not None:
                     on_cell(bench, method)
-            pool.close()
-        except BaseException:
-            pool.terminate()
-            raise
         finally:
-            pool.join()
             bar.close()
             if previous_term is not None:
                 signal.signal(signal.SIGTERM, previous_term)
