@@ -59,14 +59,22 @@ def test_interrupted_then_resumed_equals_uninterrupted_and_jobs_do_not_matter(un
     # --jobs 1, Ctrl-C after the first cell, then the same command again
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "pacd_jax.cli", *GRID, "--jobs", "1", "--quiet", "--out", str(tmp_path)]
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    err_path = tmp_path / "stderr.txt"
+    err_file = open(err_path, "w")
+    proc = subprocess.Popen(cmd, env=env, stderr=err_file, text=True, start_new_session=True)
     deadline = time.time() + 300
     while not list(tmp_path.glob("cells/*/*/run.json")):
         assert proc.poll() is None and time.time() < deadline, "the grid ended before its first cell"
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and "interrupted" in err
+    try:
+        proc.wait(timeout=120)
+    finally:
+        err_file.close()
+        if proc.poll() is None:
+            proc.kill()
+    err = err_path.read_text()
+    assert proc.returncode == 130 and "interrupted" in err, err
     done = list(tmp_path.glob("cells/*/*/run.json"))
     assert 1 <= len(done) < 4 and not (tmp_path / "table.json").exists()
     assert subprocess.run(cmd, env=env, timeout=600).returncode == 0
