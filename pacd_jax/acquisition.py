@@ -1,4 +1,4 @@
-"""UCB acquisition (paper eq. 10) and its maximiser over the unit box.
+"""UCB acquisition (paper eq. 10), expected improvement (CBOC baselines) and their maximiser over the unit box.
 
 The maximiser is pure and jit-able: a batch of random candidates (uniform
 over the box, plus Gaussian perturbations of an incumbent point), then
@@ -30,6 +30,22 @@ def ucb(mean: Array, variance: Array, kappa: float) -> Array:
         kappa: exploration weight, ``kappa > 0``.
     """
     return kappa * jnp.sqrt(jnp.maximum(variance, VARIANCE_FLOOR)) - mean
+
+
+def expected_improvement(mean: Array, variance: Array, best: Array) -> Array:
+    """Expected improvement below ``best`` for minimisation (the CBOC baselines' acquisition).
+
+    ``EI(x) = (best - mu) Phi(z) + sigma phi(z)``, ``z = (best - mu) / sigma``
+    (Jones et al. 1998), i.e. ``E[max(best - f(x), 0)]`` under ``f(x) ~ N(mu, sigma^2)``.
+
+    Args:
+        mean, variance: posterior moments, matching shapes.
+        best: the incumbent value (same units as ``mean``), broadcastable.
+    """
+    sigma = jnp.sqrt(jnp.maximum(variance, VARIANCE_FLOOR))
+    gap = best - mean
+    z = gap / sigma
+    return gap * jax.scipy.stats.norm.cdf(z) + sigma * jax.scipy.stats.norm.pdf(z)
 
 
 @dataclasses.dataclass(frozen=True)

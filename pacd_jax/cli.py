@@ -123,9 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
     acq.add_argument("--refine", type=_positive_int, default=defaults.num_refine, help="candidates refined by gradient (default %(default)s)")
     acq.add_argument("--refine-steps", type=_nonneg_int, default=defaults.refine_steps, help="refinement steps (default %(default)s)")
 
-    ind = run.add_argument_group("independent baseline")
+    ind = run.add_argument_group("independent and CBOC baselines")
     ind.add_argument("--gp-kernel", choices=("matern52", "rbf"), default=defaults.gp_kernel, help="default %(default)s")
     ind.add_argument("--gp-fit-steps", type=_positive_int, default=defaults.gp_fit_steps, help="L-BFGS steps per round (default %(default)s)")
+    ind.add_argument("--consensus-steps", type=_positive_int, help="cboc-u/cboc-l: rounds n_c of the consensus schedule (default: T)")
 
     priv = run.add_argument_group("differential privacy (pacd, pacoh; paper section VI)")
     priv.add_argument("--dp-sigma", type=_float, default=defaults.dp_sigma,
@@ -152,6 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
     from pacd_jax import privacy_cli
 
     privacy_cli.add_parsers(sub)
+
+    from pacd_jax import table
+
+    table.add_parser(sub)
     return parser
 
 
@@ -225,6 +230,7 @@ def _config_from_args(args):
         gp_fit_steps=args.gp_fit_steps,
         dp_sigma=args.dp_sigma,
         dp_clip=args.dp_clip,
+        consensus_steps=args.consensus_steps,
     )
 
 
@@ -297,6 +303,12 @@ def _prepare_mpi_process(argv) -> None:
     pin_one_core_per_rank(_world_rank())
 
 
+def cmd_table(args) -> int:
+    from pacd_jax import table
+
+    return table.cmd_table(args)
+
+
 def cmd_info(args) -> int:
     import json
 
@@ -321,6 +333,7 @@ COMMANDS = {
     "info": cmd_info,
     "epsilon": _privacy_command("epsilon"),
     "gradnorms": _privacy_command("gradnorms"),
+    "table": cmd_table,
 }
 
 
@@ -328,6 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)
         if getattr(args, "backend", None) == "mpi":
             _prepare_mpi_process(argv)
         return COMMANDS[args.command](args)

@@ -152,3 +152,30 @@ def propose_standard(
 
     x, _ = acquisition.maximise(acq, key, buf.X.shape[-1], maximiser, incumbent(buf), buf.X.dtype)
     return x
+
+
+# -- CBOC baselines ------------------------------------------------------------------
+
+
+def propose_ei(
+    config: standard_gp.StandardGPConfig,
+    hyper: standard_gp.GPHyper,
+    buf: ClientBuffer,
+    key: Array,
+    maximiser: acquisition.MaximiserConfig,
+) -> tuple[Array, Array]:
+    """A CBOC agent's own proposal ``x_hat_i = argmax EI`` on its own GP (DESIGN.md section 5).
+
+    The GP is the Independent baseline's (same fit, same maximiser). EI is taken
+    below the best standardised observation. Returns ``(x_hat, EI(x_hat))``; the
+    value picks the CBOC-L leader.
+    """
+    data = model_data(buf)
+    post = standard_gp.posterior(config, hyper, data)
+    best = jnp.min(jnp.where(data.mask, data.y, jnp.inf))
+
+    def acq(X):
+        mu, var = standard_gp.predict(config, post, X)
+        return acquisition.expected_improvement(mu, var, best)
+
+    return acquisition.maximise(acq, key, buf.X.shape[-1], maximiser, incumbent(buf), buf.X.dtype)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-METHODS = ("pacd", "pacoh", "independent")
+METHODS = ("pacd", "pacoh", "independent", "cboc-u", "cboc-l")
 BACKENDS = ("vmap", "mpi")
 TRANSPORTS = ("gather", "p2p")
 BENCHMARKS = ("sinusoid", "branin", "hartmann6", "wingweight")
@@ -39,8 +39,9 @@ class RunConfig:
 
     Problem:
         benchmark: a registered task family name (see :func:`pacd_jax.tasks.known_families`).
-        method: ``pacd`` (PACD-BO), ``pacoh`` (centralised PACOH-BO; the same
-            computation in one process for now) or ``independent``.
+        method: ``pacd`` (PACD-BO), ``pacoh`` (centralised PACOH-BO: one
+            learner holding every client's data), ``independent``, or the
+            consensus baselines ``cboc-u`` / ``cboc-l`` (DESIGN.md section 5).
         num_clients, iters (BO rounds T), seeds, init_points (per client; None:
             5 for d <= 2, 10 otherwise), noise_std (None: the family's default).
     Meta-learner (DESIGN.md section 3):
@@ -50,8 +51,9 @@ class RunConfig:
         (Adam), prior_factor, meta_lambda (None: N).
     Acquisition:
         kappa, num_candidates, num_local, num_refine, refine_steps.
-    Independent baseline:
-        gp_kernel (``matern52`` or ``rbf``), gp_fit_steps (L-BFGS steps per round).
+    Independent and CBOC baselines:
+        gp_kernel (``matern52`` or ``rbf``), gp_fit_steps (L-BFGS steps per round),
+        consensus_steps (CBOC's n_c; None: T).
     Execution:
         backend (``vmap``: one process; ``mpi``: coordinator on rank 0, one
         client per rank), transport (MPI: ``gather`` collects the gradients
@@ -102,6 +104,7 @@ class RunConfig:
     # differential privacy (paper section VI): off when dp_sigma == 0
     dp_sigma: float = 0.0
     dp_clip: float = 1.0
+    consensus_steps: int | None = None
 
     def __post_init__(self):
         if not isinstance(self.benchmark, str) or not self.benchmark:
@@ -164,6 +167,10 @@ class RunConfig:
         _check_int("gp_fit_steps", self.gp_fit_steps, 1, 10**6)
         _check_float("dp_sigma", self.dp_sigma, 0.0, strict=False)
         _check_float("dp_clip", self.dp_clip, 0.0)
+        if self.consensus_steps is not None:
+            _check_int("consensus_steps", self.consensus_steps, 1, 10**7)
+        if self.method in ("cboc-u", "cboc-l", "pacoh") and self.backend != "vmap":
+            raise ValueError(f"method {self.method} runs in one process only (--backend vmap)")
 
     def to_dict(self) -> dict:
         """JSON-ready dict of every option (tuples as lists)."""
@@ -172,6 +179,11 @@ class RunConfig:
             value = getattr(self, field.name)
             out[field.name] = list(value) if isinstance(value, tuple) else value
         return out
+
+    @property
+    def n_c(self) -> int:
+        """CBOC's consensus horizon: ``consensus_steps``, or T when unset."""
+        return self.iters if self.consensus_steps is None else self.consensus_steps
 
     def replace(self, **changes) -> "RunConfig":
         return dataclasses.replace(self, **changes)

@@ -15,7 +15,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pacd_jax import client, coordinator, dp, keys, standard_gp
+from pacd_jax import client, consensus, coordinator, dp, keys, standard_gp
 from pacd_jax.acquisition import MaximiserConfig
 from pacd_jax.client import ClientBuffer
 from pacd_jax.config import RunConfig
@@ -165,10 +165,107 @@ def independent(config: RunConfig, dim: int) -> Method:
     return Method("independent", init, learn, propose)
 
 
+def pacoh(config: RunConfig, dim: int) -> Method:
+    """Centralised PACOH-BO: one learner that holds every client's data (non-private reference).
+
+    The score of eq. 4 is the gradient of the pooled meta-objective
+    ``sum_i ln Z_beta(S_i, P_phi_k)``, taken by autodiff of the exact marginal
+    likelihood over all tasks at once (no per-client messages, not the
+    hand-written batched gradient PACD-BO's clients use). Mathematically it is
+    PACD-BO's aggregated score ``G_k`` (eq. 7), so the two agree to round-off.
+    """
+    if dp_config(config).enabled:
+        raise ValueError("--dp-sigma needs clients that send gradients; centralised PACOH-BO holds all data in one place (use --method pacd)")
+    learner = meta_learner(config, dim)
+    model = learner.model
+
+    def pooled_log_likelihood(phi, pooled):
+        return jnp.sum(jax.vmap(model.gmll, (None, 0))(phi, pooled))
+
+    def init(seed, buffers):
+        return learner.init(seed, buffers.X.dtype)
+
+    def learn(state, buffers, round_idx, dp_keys=None):
+        del dp_keys  # nothing leaves a client: DP is refused above
+        beta = buffers.count[0].astype(buffers.X.dtype)
+        pooled = jax.vmap(client.model_data)(buffers)  # all tasks' data in one place
+
+        def one_step(_, s):
+            grad_sum = jax.vmap(jax.grad(pooled_log_likelihood), (0, None))(s.particles, pooled)
+            scores = coordinator.meta_score(model, learner.objective, s.particles, grad_sum, beta)
+            return learner.svgd.step(s, scores)
+
+        return jax.lax.fori_loop(0, learner.num_steps(round_idx), one_step, state)
+
+    def propose(state, buffers, keys_):
+        return propose_meta_all(learner, config, state.particles, buffers, keys_)
+
+    return Method("pacoh", init, learn, propose)
+
+
+class CBOCState(NamedTuple):
+    """CBOC's state: every agent's GP hyperparameters, the consensus matrix and the round's queries."""
+
+    hyper: standard_gp.GPHyper  # stacked over agents
+    weights: Array  # (N, N) W(t) of the last round
+    seed: Array
+    queries: Array  # (N, d) mixed points of the current round, unit box
+
+
+def cboc(config: RunConfig, dim: int, schedule: str) -> Method:
+    """CBOC-U / CBOC-L (Yue et al. 2025; DESIGN.md section 5).
+
+    Each round every agent refits its own GP (the Independent baseline's GP),
+    proposes ``x_hat_i = argmax EI_i``; the proposals are mixed by the consensus
+    matrix, ``x_i = sum_j W_ij(t) x_hat_j``, and agent ``i`` evaluates its own
+    ``f_i(x_i)``. ``schedule``: ``uniform`` or ``leader`` (:mod:`pacd_jax.consensus`).
+    The proposals are made in ``learn`` (the leader schedule's ``W`` depends on
+    them), with the keys ``propose`` would receive: ``(seed, "propose", i, t)``.
+    """
+    if schedule not in ("uniform", "leader"):
+        raise ValueError(f"unknown consensus schedule {schedule!r}")
+    if dp_config(config).enabled:
+        raise ValueError("--dp-sigma applies to the meta-learner's gradients; CBOC exchanges proposals, not gradients")
+    gp_config = standard_gp.StandardGPConfig(dim=dim, kernel=config.gp_kernel, fit_steps=config.gp_fit_steps)
+    maximiser = maximiser_config(config)
+    n_c = config.n_c
+    name = "cboc-u" if schedule == "uniform" else "cboc-l"
+
+    def init(seed, buffers):
+        n = buffers.X.shape[0]
+        dtype = buffers.X.dtype
+        h = standard_gp.default_hyper(gp_config, dtype)
+        hyper = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (n,) + a.shape), h)
+        return CBOCState(hyper, consensus.averaging_matrix(n, dtype), jnp.asarray(seed, jnp.int32), jnp.zeros((n, dim), dtype))
+
+    def learn(state, buffers, round_idx, dp_keys=None):
+        del dp_keys
+        n = buffers.X.shape[0]
+        hyper = jax.vmap(client.fit_standard_gp, (None, 0, 0))(gp_config, state.hyper, buffers)
+        keys_ = jax.vmap(lambda i: keys.client_key(state.seed, "propose", i, round_idx))(jnp.arange(n))
+        x_hat, values = jax.vmap(client.propose_ei, (None, 0, 0, 0, None))(gp_config, hyper, buffers, keys_, maximiser)
+        if schedule == "uniform":
+            weights = consensus.uniform_matrix(round_idx, n, n_c, buffers.X.dtype)
+        else:
+            weights = consensus.leader_matrix(state.weights, jnp.argmax(values), n_c)
+        queries = jnp.clip(consensus.mix(weights, x_hat), 0.0, 1.0)  # a convex combination; clip only round-off
+        return CBOCState(hyper, weights, state.seed, queries)
+
+    def propose(state, buffers, keys_):
+        del buffers, keys_
+        return state.queries
+
+    return Method(name, init, learn, propose)
+
+
 def build(config: RunConfig, dim: int) -> Method:
     """The method named by ``config.method``."""
-    if config.method in ("pacd", "pacoh"):
+    if config.method == "pacd":
         return pacd(config, dim)
+    if config.method == "pacoh":
+        return pacoh(config, dim)
     if config.method == "independent":
         return independent(config, dim)
+    if config.method in ("cboc-u", "cboc-l"):
+        return cboc(config, dim, "uniform" if config.method == "cboc-u" else "leader")
     raise ValueError(f"unknown method {config.method!r}")  # pragma: no cover - config validates

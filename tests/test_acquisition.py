@@ -66,3 +66,24 @@ def test_maximiser_config_validation():
         MaximiserConfig(num_candidates=2, num_local=0, num_refine=5)
     with pytest.raises(ValueError, match="refine_lr"):
         MaximiserConfig(refine_lr=float("nan"))
+
+
+def test_expected_improvement_matches_scipy_closed_form_and_quadrature():
+    from scipy import integrate, stats
+
+    mean = np.array([0.0, 1.0, -0.5, 2.0, 0.3])
+    var = np.array([1.0, 0.25, 4.0, 0.01, 1e-14])
+    best = 0.2
+    with jax.enable_x64(True):
+        ei = np.asarray(acquisition.expected_improvement(jnp.asarray(mean), jnp.asarray(var), best))
+    sd = np.sqrt(np.maximum(var, acquisition.VARIANCE_FLOOR))
+    z = (best - mean) / sd
+    np.testing.assert_allclose(ei, (best - mean) * stats.norm.cdf(z) + sd * stats.norm.pdf(z), rtol=1e-12, atol=1e-15)
+    # EI = E[max(best - f, 0)], f ~ N(mu, sigma^2): numerical integration, an independent oracle
+    for m, s, e in zip(mean[:4], sd[:4], ei[:4]):
+        quad, _ = integrate.quad(lambda f: (best - f) * stats.norm.pdf(f, m, s), -np.inf, best)
+        np.testing.assert_allclose(e, quad, rtol=1e-7, atol=1e-12)
+    # zero variance: max(best - mu, 0); finite gradient
+    np.testing.assert_allclose(ei[4], 0.0, atol=1e-12)
+    g = jax.grad(lambda v: acquisition.expected_improvement(0.0, v, 0.1))(0.0)
+    assert np.isfinite(float(g))

@@ -1,0 +1,100 @@
+"""`pacd-bo table`: a reduced grid end to end, schema, resume after an interrupt, --jobs independence."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import SMALL
+from pacd_jax import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+SETTINGS = [f"--set={k}={json.dumps(list(v) if isinstance(v, tuple) else v).replace(' ', '')}" for k, v in SMALL.items()]
+GRID = ["table", "--benchmarks", "sinusoid,branin", "--methods", "pacd,cboc-l", "--seeds", "2", "--iters", "2", *SETTINGS]
+STAT_KEYS = {"final_regret_mean", "final_regret_std", "auc_mean", "auc_std", "seeds", "per_seed"}
+
+
+def without_meta(doc):
+    return {k: v for k, v in doc.items() if k != "meta"}
+
+
+def check_schema(doc):
+    assert set(doc) == {"sinusoid", "branin", "meta"}
+    for bench in ("sinusoid", "branin"):
+        assert list(doc[bench]) == ["pacd", "cboc-l"]
+        for cell in doc[bench].values():
+            assert set(cell) == STAT_KEYS and cell["seeds"] == [0, 1]
+            assert [set(p) for p in cell["per_seed"]] == [{"seed", "final_regret", "auc"}] * 2
+            assert all(0.0 <= p["final_regret"] <= p["auc"] + 1e-12 <= 1.0 + 1e-12 for p in cell["per_seed"])
+    assert {"command", "commit", "machine", "wall_time_s", "xla_flags"} <= set(doc["meta"])
+    assert doc["meta"]["missing_cells"] == [] and doc["meta"]["failed_cells"] == []
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("table_jobs2")
+    assert cli.main([*GRID, "--jobs", "2", "--quiet", "--out", str(out)]) == 0
+    return out
+
+
+def test_reduced_grid_files_and_schema(uninterrupted):
+    doc = json.loads((uninterrupted / "table.json").read_text())
+    check_schema(doc)
+    md = (uninterrupted / "table.md").read_text()
+    assert md.count("| PACD-BO |") == 2 and md.count("| CBOC-L |") == 2 and "**" in md
+    png = (uninterrupted / "convergence.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    for bench in ("sinusoid", "branin"):
+        for method in ("pacd", "cboc-l"):
+            run = json.loads((uninterrupted / "cells" / bench / method / "run.json").read_text())
+            assert run["summary"]["final_regret_mean"] == doc[bench][method]["final_regret_mean"]
+
+
+def test_interrupted_then_resumed_equals_uninterrupted_and_jobs_do_not_matter(uninterrupted, tmp_path):
+    # --jobs 1, Ctrl-C after the first cell, then the same command again
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "pacd_jax.cli", *GRID, "--jobs", "1", "--quiet", "--out", str(tmp_path)]
+    err_path = tmp_path / "stderr.txt"
+    err_file = open(err_path, "w")
+    proc = subprocess.Popen(cmd, env=env, stderr=err_file, text=True, start_new_session=True)
+    deadline = time.time() + 300
+    while not list(tmp_path.glob("cells/*/*/run.json")):
+        assert proc.poll() is None and time.time() < deadline, "the grid ended before its first cell"
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
+    try:
+        proc.wait(timeout=120)
+    finally:
+        err_file.close()
+        if proc.poll() is None:
+            proc.kill()
+    err = err_path.read_text()
+    assert proc.returncode == 130 and "interrupted" in err, err
+    done = list(tmp_path.glob("cells/*/*/run.json"))
+    assert 1 <= len(done) < 4 and not (tmp_path / "table.json").exists()
+    assert subprocess.run(cmd, env=env, timeout=600).returncode == 0
+    resumed = json.loads((tmp_path / "table.json").read_text())
+    assert resumed["meta"]["cells_reused"] == len(done)
+    reference = json.loads((uninterrupted / "table.json").read_text())
+    assert without_meta(resumed) == without_meta(reference)  # exactly, float for float
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--methods", "pacd,nope"], "unknown 'nope'"),
+        (["--benchmarks", "branin,branin"], "repeated"),
+        (["--set", "bogus=1"], "KEY=VALUE"),
+        (["--set", "svgd_steps=-1"], "svgd_steps must be"),
+    ],
+)
+def test_table_bad_input_one_line_exit_2(tmp_path, capsys, args, message):
+    assert cli.main(["table", "--out", str(tmp_path / "t"), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and message in err
+    assert not (tmp_path / "t").exists()
