@@ -95,6 +95,9 @@ class RunConfig:
     # independent baseline
     gp_kernel: str = "matern52"
     gp_fit_steps: int = 50
+    # differential privacy (paper eq. 12-13; applied on the client, off when dp_sigma == 0)
+    dp_sigma: float = 0.0
+    dp_clip: float = 1.0
 
     def __post_init__(self):
         if not isinstance(self.benchmark, str) or not self.benchmark:
@@ -155,6 +158,8 @@ class RunConfig:
         if self.gp_kernel not in ("matern52", "rbf"):
             raise ValueError(f"unknown gp_kernel {self.gp_kernel!r}; choose matern52 or rbf")
         _check_int("gp_fit_steps", self.gp_fit_steps, 1, 10**6)
+        _check_float("dp_sigma", self.dp_sigma, 0.0, strict=False)
+        _check_float("dp_clip", self.dp_clip, 0.0)
 
     def to_dict(self) -> dict:
         """JSON-ready dict of every option (tuples as lists)."""

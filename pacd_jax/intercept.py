@@ -151,3 +151,32 @@ def run_vmap(config: RunConfig, spec: InterceptSpec, task_factory=None, seed: in
     X = problem.to_original(state.buffers.X)
     results = loop.SeedResults([seed], np.asarray(X, np.float64)[None], np.asarray(state.buffers.y, np.float64)[None], np.asarray(state.f, np.float64)[None])
     return records, truths, results
+
+
+def run_document(config: RunConfig, spec: InterceptSpec, path, task_factory=None) -> dict:
+    """``pacd-bo run --intercept-*`` on the vmap backend: one seed, records written to ``path``.
+
+    Returns the run.json document (the same run as without interception).
+    """
+    import time
+
+    if len(config.seeds) != 1:
+        raise ValueError("interception on the vmap backend runs one seed (use --seed-list S)")
+    start = time.perf_counter()
+    records, _, res = run_vmap(config, spec, task_factory)
+    save_records(path, records)
+    (fam,) = experiment.build_families(config, task_factory)
+    problem, _ = loop.problem_from_family(fam, config.iters, config.init_points, config.noise_std)
+    clients = [
+        experiment.client_summary(i, res.X[0, i], res.y[0, i], res.f[0, i], fam.optimum(i)[1], problem.init_points, share=True)
+        for i in range(config.num_clients)
+    ]
+    return experiment.document(
+        config,
+        benchmark=getattr(fam, "name", config.benchmark),
+        init_points=problem.init_points,
+        noise_std=problem.noise_std,
+        seed_clients=[(config.seeds[0], clients)],
+        wall_time_s=time.perf_counter() - start,
+        num_params=experiment.method_num_params(config, problem.dim),
+    )
