@@ -143,6 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--out", required=True, metavar="DIR", help="output folder for run.json and the plot")
     out.add_argument("--format", choices=("png", "pdf"), default="png", help="figure format (default %(default)s)")
     out.add_argument("--quiet", action="store_true", help="no progress bar or summary table")
+
+    from pacd_jax import attack_cli
+
+    attack_cli.add_parser(sub, {"positive_int": _positive_int, "nonneg_int": _nonneg_int, "int_list": _int_list, "float": _float})
     return parser
 
 
@@ -313,7 +317,13 @@ def _prepare_mpi_process(argv) -> None:
     pin_one_core_per_rank(_world_rank())
 
 
-COMMANDS = {"run": cmd_run}
+def cmd_attack(args) -> int:
+    from pacd_jax import attack_cli
+
+    return attack_cli.cmd_attack(args, UsageError)
+
+
+COMMANDS = {"run": cmd_run, "attack": cmd_attack}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
