@@ -99,6 +99,9 @@ class AttackConfig:
         cosine, normalise: loss variants (see :func:`dlg_loss`).
         particles: use the first ``particles`` of the K particles (None: all).
         memory: L-BFGS history size.
+        bounded: optimise ``u`` with ``X^ = sigmoid(u)``, so the dummy points
+            stay in the (public) unit box; the init draws then apply to ``u``
+            (``normal``: u ~ N(0, I); ``uniform``: u = logit(U(0,1))).
     """
 
     restarts: int = 5
@@ -109,6 +112,7 @@ class AttackConfig:
     normalise: bool = False
     particles: int | None = None
     memory: int = 10
+    bounded: bool = False
 
     def __post_init__(self):
         if not isinstance(self.restarts, int) or self.restarts < 1:
@@ -142,28 +146,36 @@ class AttackResult(NamedTuple):
 def _init(key: Array, m: int, d: int, config: AttackConfig, dtype) -> tuple[Array, Array]:
     kx, ky = jax.random.split(key)
     if config.init == "uniform":
-        X = jax.random.uniform(kx, (m, d), dtype)
+        X = jax.random.uniform(kx, (m, d), dtype, 1e-3, 1.0 - 1e-3)
+        if config.bounded:
+            X = jnp.log(X) - jnp.log1p(-X)
     else:
         X = jax.random.normal(kx, (m, d), dtype)
     return X, jax.random.normal(ky, (m,), dtype)
 
 
-def _solve(model: MetaGP, config: AttackConfig, m: int, key: Array, particles: Array, grads: Array, y_known: Array):
-    """All restarts of one attack, vmapped; returns the final (X, y, loss) of each."""
+def _solve(model: MetaGP, config: AttackConfig, m: int, key: Array, particles: Array, grads: Array, y_known: Array, start=None):
+    """All restarts of one attack, vmapped; returns the final (X, y, loss) of each.
+
+    ``start``: optional ``(X0 (R, m, d), y0 (R, m))`` starting points (in the
+    optimised parametrisation) instead of random draws.
+    """
     d = model.config.dim
     dtype = particles.dtype
     keys_ = jax.random.split(key, config.restarts)
+    if start is None:
+        start = jax.vmap(lambda k: _init(k, m, d, config, dtype))(keys_)
 
     def loss_of(params):
         X, y = params
+        X = jax.nn.sigmoid(X) if config.bounded else X
         y = y if config.learn_y else y_known
         return dlg_loss(model, X, y, particles, grads, config.cosine, config.normalise)
 
     opt = optax.lbfgs(memory_size=config.memory)
     value_and_grad = optax.value_and_grad_from_state(loss_of)
 
-    def one(k):
-        params = _init(k, m, d, config, dtype)
+    def one(params):
         state = opt.init(params)
 
         def body(_, carry):
@@ -177,9 +189,10 @@ def _solve(model: MetaGP, config: AttackConfig, m: int, key: Array, particles: A
             return params, state
 
         params, _ = jax.lax.fori_loop(0, config.steps, body, (params, state))
-        return params[0], params[1], loss_of(params)
+        X = jax.nn.sigmoid(params[0]) if config.bounded else params[0]
+        return X, params[1], loss_of(params)
 
-    return jax.vmap(one)(keys_)
+    return jax.vmap(one)(start)
 
 
 _solve_jit = jax.jit(_solve, static_argnums=(0, 1, 2))
@@ -206,6 +219,7 @@ def run_attack(
     key: Array,
     config: AttackConfig = AttackConfig(),
     y_known=None,
+    start=None,
 ) -> AttackResult:
     """Reconstruct the target's ``m`` points from one intercepted message (eq. 11).
 
@@ -216,6 +230,8 @@ def run_attack(
         m: number of the target's points (public: beta = m).
         key: PRNG key of the restarts.
         y_known: ``(m,)`` standardised targets, required when ``config.learn_y`` is off.
+        start: optional ``(X0, y0)`` of shapes ``(R, m, d)``, ``(R, m)``: start
+            the restarts there (diagnostics: the basin of the true data).
 
     Returns:
         The best restart, in model space (the unit box); see :func:`to_original`.
@@ -230,7 +246,9 @@ def run_attack(
         y_known = jnp.asarray(y_known, particles.dtype)
     else:
         y_known = jnp.zeros((m,), particles.dtype)
-    X, y, losses = _solve_jit(model, config, int(m), key, particles, grads, y_known)
+    if start is not None:
+        start = (jnp.asarray(start[0], particles.dtype), jnp.asarray(start[1], particles.dtype))
+    X, y, losses = _solve_jit(model, config, int(m), key, particles, grads, y_known, start)
     losses = np.asarray(losses, np.float64)
     best = select_best(losses)
     X_best = np.clip(np.asarray(X[best], np.float64), 0.0, 1.0)

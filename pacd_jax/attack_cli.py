@@ -35,6 +35,7 @@ def add_parser(sub, helpers) -> None:
     a.add_argument("--known-y", action="store_true", help="the attacker knows the client's (standardised) y; only X is optimised")
     a.add_argument("--cosine", action="store_true", help="cosine gradient-matching loss instead of eq. 11's squared distance")
     a.add_argument("--normalise", action="store_true", help="divide eq. 11 by the squared norm of the message")
+    a.add_argument("--box", action="store_true", help="keep the dummy points in the unit box (X = sigmoid(u))")
     a.add_argument("--attack-particles", type=helpers["positive_int"], help="attack with the first k particles only (default all K)")
     dp = p.add_argument_group("defense")
     dp.add_argument("--dp-sigma", type=helpers["float"], default=0.0, help="DP noise multiplier sigma (paper eq. 13); > 0 also runs and plots the DP case (default off)")
@@ -77,11 +78,13 @@ def cmd_attack(args, usage_error) -> int:
         raise usage_error(f"--dp-sigma must be >= 0, got {args.dp_sigma}")
     cfg = attack.AttackConfig(
         restarts=args.restarts, steps=args.steps, learn_y=not args.known_y, init=args.attack_init,
-        cosine=args.cosine, normalise=args.normalise, particles=args.attack_particles,
+        cosine=args.cosine, normalise=args.normalise, particles=args.attack_particles, bounded=args.box,
     )
 
     def show(entry):
-        if not args.quiet:
+        if not args.quiet and entry.get("error"):
+            print(f"round {entry['round']:3d}  m={entry['m']:3d}  {entry['error']}", flush=True)
+        elif not args.quiet:
             print(
                 f"round {entry['round']:3d}  m={entry['m']:3d}  loss {entry['loss']:.3g}  matched RMSE "
                 f"{entry['matched_rmse']:.3f} (uniform guess {entry['baseline']['matched_rmse']:.3f})  "

@@ -27,7 +27,29 @@ PAPER_ROUNDS = (1, 5, 20, 40, 60, 80, 99)
 def attack_record(
     model, record: intercept.Record, truth: intercept.Truth, attack_config: attack.AttackConfig, key, rng: np.random.Generator
 ) -> dict:
-    """Attack one record in float64 and score it; one entry of ``attack.json``'s ``rounds``."""
+    """Attack one record in float64 and score it; one entry of ``attack.json``'s ``rounds``.
+
+    A record whose message is not finite (the run itself diverged) cannot be
+    attacked: its entry has ``"error"`` and null scores.
+    """
+    if not (np.all(np.isfinite(record.grads)) and np.all(np.isfinite(record.particles))):
+        return {
+            "round": int(record.round),
+            "m": int(record.m),
+            "error": "the intercepted message is not finite (the run's particles diverged)",
+            "loss": None,
+            "matched_rmse": None,
+            "chamfer": None,
+            "recall_at_r": None,
+            "precision_at_r": None,
+            "dispersion": None,
+            "r": metrics.default_radius(truth.X.shape[1]),
+            "baseline": metrics.no_information_baseline(truth.X, rng, "uniform"),
+            "true_dispersion": metrics.dispersion(truth.X),
+            "time_s": 0.0,
+            "X_true": truth.X.tolist(),
+            "X_rec": None,
+        }
     with jax.enable_x64(True):
         start = time.perf_counter()
         res = attack.run_attack(
@@ -105,6 +127,7 @@ def run_leakage(
             "cosine": attack_config.cosine,
             "normalise": attack_config.normalise,
             "particles": attack_config.particles,
+            "bounded": attack_config.bounded,
             "precision": "float64",
         },
         "radius_fraction": metrics.RADIUS_FRACTION,
@@ -137,6 +160,10 @@ def plot_leakage(docs: list[dict], path) -> None:
                 ax.axis("off")
                 continue
             e = doc["rounds"][col]
+            if e.get("X_rec") is None:
+                ax.set_title(f"t={e['round']}: message not finite", fontsize=7)
+                ax.axis("off")
+                continue
             Xt, Xr = np.asarray(e["X_true"]), np.asarray(e["X_rec"])
             if Xt.shape[1] < 2:
                 Xt, Xr = np.c_[Xt, np.zeros(len(Xt))], np.c_[Xr, np.zeros(len(Xr))]
@@ -167,7 +194,7 @@ def plot_dispersion(docs: list[dict], path) -> None:
     for doc in docs:
         t = [e["round"] for e in doc["rounds"]]
         label = "no DP" if doc["dp"] is None else f"DP sigma={doc['dp']['sigma']:g}"
-        ax.plot(t, [e["dispersion"] for e in doc["rounds"]], "o-", label=f"recovered ({label})")
+        ax.plot(t, [np.nan if e["dispersion"] is None else e["dispersion"] for e in doc["rounds"]], "o-", label=f"recovered ({label})")
     ref = docs[0]
     t = [e["round"] for e in ref["rounds"]]
     ax.plot(t, [e["true_dispersion"] for e in ref["rounds"]], "k--", label="true queries")

@@ -88,3 +88,16 @@ def test_attack_config_validates():
         attack.AttackConfig(restarts=0)
     with pytest.raises(ValueError, match="init"):
         attack.AttackConfig(init="sobol")
+
+
+def test_run_attack_never_picks_a_diverged_restart(monkeypatch):
+    """The restart with the lowest loss is NaN/inf here; the finite best one is returned."""
+    X = jnp.stack([jnp.full((2, 2), v) for v in (0.1, 0.2, 0.3, 0.4)])
+    y = jnp.zeros((4, 2))
+    losses = jnp.array([jnp.nan, 5.0, -jnp.inf, 2.0])
+    monkeypatch.setattr(attack, "_solve_jit", lambda *a: (X, y, losses))
+    model = _model()
+    res = attack.run_attack(model, jnp.zeros((1, model.num_params)), jnp.zeros((1, model.num_params)), 2, jax.random.key(0))
+    assert res.best == 3 and res.loss == 2.0
+    np.testing.assert_allclose(res.X, 0.4)
+
