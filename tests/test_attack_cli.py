@@ -38,3 +38,17 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra, message):
     assert cli.main(["attack", *TINY, *extra, "--out", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+
+
+def test_a_non_finite_message_is_reported_not_attacked():
+    import numpy as np
+
+    from pacd_jax import attack, intercept, leakage, methods
+    from pacd_jax.config import RunConfig
+
+    model = methods.meta_gp(RunConfig(hidden=(4,)), 2)
+    P = model.num_params
+    rec = intercept.Record(3, 0, 4, np.zeros((2, P)), np.full((2, P), np.nan), np.array([[0.0, 1.0], [0.0, 1.0]]))
+    truth = intercept.Truth(np.random.default_rng(0).uniform(size=(4, 2)), np.zeros(4))
+    e = leakage.attack_record(model, rec, truth, attack.AttackConfig(), None, np.random.default_rng(0))
+    assert "not finite" in e["error"] and e["matched_rmse"] is None and e["X_rec"] is None
