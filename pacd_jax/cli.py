@@ -142,6 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="mpi: clients also send their queried points and values to rank 0 at the end (a privacy choice; off: only regret curves and best values)")
     out.add_argument("--comm-log", metavar="FILE", help="mpi: log every message (round, step, sender, receiver, shape, dtype, bytes) as JSON lines")
     out.add_argument("--x64", action="store_true", help="compute in float64")
+    spy = run.add_argument_group("interception (paper section V: what an honest-but-curious coordinator records)")
+    spy.add_argument("--intercept-client", type=_nonneg_int, help="target client id: the coordinator records its last-step message of each --intercept-rounds round")
+    spy.add_argument("--intercept-rounds", type=_int_list, help="comma-separated 0-based rounds to record (needs --intercept-client)")
+    spy.add_argument("--intercept-out", metavar="FILE", help="where the records go (.npz; default DIR/intercept.npz)")
     out.add_argument("--out", required=True, metavar="DIR", help="output folder for run.json and the plot")
     out.add_argument("--format", choices=("png", "pdf"), default="png", help="figure format (default %(default)s)")
     out.add_argument("--quiet", action="store_true", help="no progress bar or summary table")
@@ -157,6 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
     from pacd_jax import table
 
     table.add_parser(sub)
+
+    from pacd_jax import attack_cli
+
+    attack_cli.add_parser(sub, {"positive_int": _positive_int, "nonneg_int": _nonneg_int, "int_list": _int_list, "float": _float})
     return parser
 
 
@@ -274,10 +282,29 @@ def cmd_run(args) -> int:
         raise UsageError(f"--out {str(out)!r} exists and is not a folder")
     if args.comm_log is not None and config.backend != "mpi":
         raise UsageError("--comm-log needs --backend mpi")
+    spy = None
+    if args.intercept_client is not None or args.intercept_rounds is not None:
+        from pacd_jax.intercept import InterceptSpec
+
+        if args.intercept_client is None or args.intercept_rounds is None:
+            raise UsageError("interception needs both --intercept-client and --intercept-rounds")
+        spy = InterceptSpec(args.intercept_client, tuple(args.intercept_rounds))
+        spy.check(config)
+        spy = (spy, Path(args.intercept_out) if args.intercept_out else out / "intercept.npz")
     root = config.backend != "mpi" or _world_rank() == 0
     bar, on_round = _progress(config.iters * len(config.seeds), args.quiet or not root)
     try:
-        doc = experiment.run(config, factory, on_round, args.comm_log)
+        if spy is None:
+            doc = experiment.run(config, factory, on_round, args.comm_log)
+        elif config.backend == "mpi":
+            from pacd_jax.distributed.backend import run as run_mpi
+
+            doc = run_mpi(config, factory, on_round, args.comm_log, intercept=spy)
+        else:
+            from pacd_jax import intercept
+
+            with jax_x64(config.x64):
+                doc = intercept.run_document(config, spy[0], spy[1], factory)
     finally:
         bar.close()
     if doc is None:  # an MPI client rank: rank 0 writes the outputs
@@ -288,6 +315,14 @@ def cmd_run(args) -> int:
         _print_summary(doc)
         print(f"wrote {out / 'run.json'} and {out / f'convergence.{args.format}'}")
     return 0
+
+
+def jax_x64(on: bool):
+    import contextlib
+
+    import jax
+
+    return jax.enable_x64(True) if on else contextlib.nullcontext()
 
 
 def _world_rank() -> int:
@@ -301,6 +336,12 @@ def _prepare_mpi_process(argv) -> None:
     from pacd_jax.distributed.process import pin_one_core_per_rank
 
     pin_one_core_per_rank(_world_rank())
+
+
+def cmd_attack(args) -> int:
+    from pacd_jax import attack_cli
+
+    return attack_cli.cmd_attack(args, UsageError)
 
 
 def cmd_table(args) -> int:
@@ -334,6 +375,7 @@ COMMANDS = {
     "epsilon": _privacy_command("epsilon"),
     "gradnorms": _privacy_command("gradnorms"),
     "table": cmd_table,
+    "attack": cmd_attack,
 }
 
 

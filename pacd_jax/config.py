@@ -101,7 +101,7 @@ class RunConfig:
     # independent baseline
     gp_kernel: str = "matern52"
     gp_fit_steps: int = 50
-    # differential privacy (paper section VI): off when dp_sigma == 0
+    # differential privacy (paper eq. 12-13; applied on the client, off when dp_sigma == 0)
     dp_sigma: float = 0.0
     dp_clip: float = 1.0
     consensus_steps: int | None = None

@@ -35,6 +35,11 @@ class Method(NamedTuple):
     init: Callable[[Array, ClientBuffer], Any]
     learn: Callable[[Any, ClientBuffer, Array], Any]
     propose: Callable[[Any, ClientBuffer, Array], Array]
+    #: ``learn_intercept(state, buffers, t, target, dp_keys=None) -> (state, (particles, message))``:
+    #: ``learn`` that also returns the target client's message of the round's
+    #: last SVGD step and the particles it answered (paper section V); None for
+    #: methods that send no gradients.
+    learn_intercept: Callable | None = None
 
 
 def maximiser_config(config: RunConfig) -> MaximiserConfig:
@@ -110,27 +115,43 @@ def pacd(config: RunConfig, dim: int) -> Method:
     def init(seed, buffers):
         return learner.init(seed, buffers.X.dtype)
 
-    def learn(state, buffers, round_idx, dp_keys=None):
+    def step(s, buffers, round_idx, step_idx, dp_keys=None):
+        """One SVGD step; returns the new state and the ``(N, K, P)`` messages as sent."""
+        del round_idx
         beta = buffers.count[0].astype(buffers.X.dtype)  # beta = m, the same for every client
+        # every client computes its K gradients on its own data (eq. 6), privatised
+        # there when DP is on (eq. 12-13) ...
+        step_keys = jax.vmap(client.dp_step_key, (0, None))(dp_keys, step_idx) if privacy.enabled else None
+        grads = jax.vmap(client.local_gradients, (None, None, 0, None, 0 if privacy.enabled else None))(
+            learner.model, s.particles, buffers, privacy, step_keys
+        )
+        # ... and the coordinator aggregates them and moves the particles (eq. 7)
+        return learner.coordinator_update(s, grads, beta), grads
+
+    def _check_keys(dp_keys):
         if privacy.enabled and dp_keys is None:
             raise ValueError("differential privacy needs the clients' DP round keys")
 
-        def one_step(j, s):
-            # every client computes its K gradients on its own data (eq. 6), privatised
-            # there when DP is on (eq. 12-13) ...
-            step_keys = jax.vmap(client.dp_step_key, (0, None))(dp_keys, j) if privacy.enabled else None
-            grads = jax.vmap(client.local_gradients, (None, None, 0, None, 0 if privacy.enabled else None))(
-                learner.model, s.particles, buffers, privacy, step_keys
-            )
-            # ... and the coordinator aggregates them and moves the particles (eq. 7)
-            return learner.coordinator_update(s, grads, beta)
-
+    def learn(state, buffers, round_idx, dp_keys=None):
+        _check_keys(dp_keys)
+        one_step = lambda j, s: step(s, buffers, round_idx, j, dp_keys)[0]
         return jax.lax.fori_loop(0, learner.num_steps(round_idx), one_step, state)
+
+    def learn_intercept(state, buffers, round_idx, target, dp_keys=None):
+        """``learn`` that also returns what the coordinator saw in the round's last step:
+        ``(state, (particles broadcast, target's (K, P) message as sent, DP included))``."""
+        _check_keys(dp_keys)
+        n = learner.num_steps(round_idx)
+        one_step = lambda j, s: step(s, buffers, round_idx, j, dp_keys)[0]
+        state = jax.lax.fori_loop(0, jnp.maximum(n - 1, 0), one_step, state)
+        new, grads = step(state, buffers, round_idx, jnp.maximum(n - 1, 0), dp_keys)
+        new = jax.tree_util.tree_map(lambda a, b: jnp.where(n > 0, a, b), new, state)
+        return new, (state.particles, grads[target])
 
     def propose(state, buffers, keys_):
         return propose_meta_all(learner, config, state.particles, buffers, keys_)
 
-    return Method(config.method, init, learn, propose)
+    return Method(config.method, init, learn, propose, learn_intercept)
 
 
 def propose_meta_all(learner: MetaLearner, config: RunConfig, particles: Array, buffers: ClientBuffer, keys_: Array) -> Array:

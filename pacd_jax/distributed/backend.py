@@ -68,6 +68,7 @@ def _manifest(fam: tasks.TaskFamily, problem: loop.Problem) -> dict:
         "init_points": problem.init_points,
         "noise_std": problem.noise_std,
         "num_clients": int(fam.num_clients),
+        "bounds": np.asarray(fam.bounds, np.float64).tolist(),  # public: the shared search box
     }
 
 
@@ -103,21 +104,32 @@ def client_method(config: RunConfig, dim: int, channel: Channel) -> Method:
     return Method(config.method, init, learn, propose)
 
 
-def coordinator_round_fn(config: RunConfig, learner: methods.MetaLearner, channel: Channel, init_points: int):
-    """The coordinator's jitted BO round: ``n_t`` communication cycles and the final broadcast."""
+def coordinator_round_fn(
+    config: RunConfig, learner: methods.MetaLearner, channel: Channel, init_points: int, target: int | None = None
+):
+    """The coordinator's jitted BO round: ``n_t`` communication cycles and the final broadcast.
+
+    With ``target`` (a client id) the round also returns what the coordinator
+    saw in its last SVGD step: ``(state, (particles broadcast, target's (K, P)
+    message as received))`` (paper section V; see :mod:`pacd_jax.intercept`).
+    """
 
     def one_round(state, round_idx):
         steps = learner.num_steps(round_idx)
         beta = (init_points + round_idx).astype(state.particles.dtype)  # m, public
 
-        def one_step(j, s):
+        def one_step(j, carry):
+            s, seen = carry
             channel.broadcast(s.particles, round_idx, j)
             grads = channel.collect(jnp.zeros_like(s.particles), round_idx, j)
-            return learner.coordinator_update(s, grads, beta)
+            if target is not None:
+                seen = (s.particles, grads[target])
+            return learner.coordinator_update(s, grads, beta), seen
 
-        state = jax.lax.fori_loop(0, steps, one_step, state)
+        empty = (jnp.zeros_like(state.particles), jnp.zeros_like(state.particles)) if target is not None else ()
+        state, seen = jax.lax.fori_loop(0, steps, one_step, (state, empty))
         channel.broadcast(state.particles, round_idx, steps)
-        return state
+        return (state, seen) if target is not None else state
 
     return jax.jit(one_round)
 
@@ -162,7 +174,7 @@ def _run_client(config: RunConfig, channel: Channel, task_factory, dtype) -> Non
         comm.send(summary, dest=COORDINATOR, tag=_TAG_SUMMARY)
 
 
-def _run_coordinator(config: RunConfig, channel: Channel, on_round, dtype) -> dict:
+def _run_coordinator(config: RunConfig, channel: Channel, on_round, dtype, intercept=None) -> dict:
     comm = channel.comm
     start = time.perf_counter()
     manifests = [comm.recv(source=r, tag=_TAG_MANIFEST) for r in range(1, channel.size)]
@@ -172,7 +184,11 @@ def _run_coordinator(config: RunConfig, channel: Channel, on_round, dtype) -> di
         if m != first:
             raise ValueError(f"client ranks disagree on the problem: rank 1 has {first}, rank {r} has {m}")
     learner = methods.meta_learner(config, first["dim"])
-    round_fn = coordinator_round_fn(config, learner, channel, first["init_points"]) if config.method != "independent" else None
+    target = intercept[0].client if intercept is not None else None
+    round_fn = (
+        coordinator_round_fn(config, learner, channel, first["init_points"], target) if config.method != "independent" else None
+    )
+    records = []
 
     seed_clients, done, total = [], 0, config.iters * len(config.seeds)
     for seed in config.seeds:
@@ -182,6 +198,10 @@ def _run_coordinator(config: RunConfig, channel: Channel, on_round, dtype) -> di
             state = learner.init(jnp.asarray(seed, jnp.int32), dtype)
             for t in range(config.iters):
                 state = round_fn(state, jnp.asarray(t, jnp.int32))
+                if target is not None:
+                    state, (seen_particles, seen_grads) = state
+                    if t in intercept[0].rounds and seed == config.seeds[0]:
+                        records.append(_record(t, target, first, seen_particles, seen_grads))
                 jax.block_until_ready(state.particles)
                 done += 1
                 if on_round is not None:
@@ -193,6 +213,10 @@ def _run_coordinator(config: RunConfig, channel: Channel, on_round, dtype) -> di
             done += config.iters
             on_round(done, total)
 
+    if intercept is not None:
+        from pacd_jax.intercept import save_records
+
+        save_records(intercept[1], records)
     return experiment.document(
         config,
         benchmark=first["name"],
@@ -201,6 +225,14 @@ def _run_coordinator(config: RunConfig, channel: Channel, on_round, dtype) -> di
         seed_clients=seed_clients,
         wall_time_s=time.perf_counter() - start,
         num_params=experiment.method_num_params(config, first["dim"]),
+    )
+
+
+def _record(t, target, manifest, particles, grads):
+    from pacd_jax.intercept import Record
+
+    return Record(
+        int(t), int(target), int(manifest["init_points"]) + int(t), np.asarray(particles), np.asarray(grads), np.asarray(manifest["bounds"])
     )
 
 
@@ -219,6 +251,7 @@ def run(
     on_round: Callable[[int, int], None] | None = None,
     comm_log: str | None = None,
     comm=None,
+    intercept=None,
 ) -> dict | None:
     """Run ``config`` across MPI ranks; returns the run.json document on rank 0, None elsewhere.
 
@@ -234,6 +267,9 @@ def run(
         on_round: progress callback, called on rank 0.
         comm_log: write every message (JSON lines) to this path (rank 0).
         comm: the communicator to clone (default ``MPI.COMM_WORLD``).
+        intercept: ``(InterceptSpec, path)``: the coordinator records the
+            target's messages at the spec's rounds (first seed) and writes them
+            to ``path`` (see :mod:`pacd_jax.intercept`); rank 0 only reads it.
     """
     from mpi4py import MPI
 
@@ -252,7 +288,9 @@ def run(
         with x64:
             dtype = jnp.result_type(float)
             if rank == COORDINATOR:
-                doc = _run_coordinator(config, channel, on_round, dtype)
+                if intercept is not None:
+                    intercept[0].check(config)
+                doc = _run_coordinator(config, channel, on_round, dtype, intercept)
                 if log is not None:
                     log.write(comm_log)
                     doc["comm_log"] = {"path": str(comm_log), "messages": len(log.entries), **log.totals()}

@@ -1,0 +1,134 @@
+"""Exploitation leakage on Branin (paper section V-B): DLG by the coordinator on client 0.
+
+Runs PACD-BO once (float64 by default: in float32 the particles of this run
+become NaN between rounds 40 and 60), records client 0's last-step message at
+the paper's rounds, and attacks each record with several attacker variants.
+Also measures the basin of the true data: L-BFGS started at the truth plus
+Gaussian noise of a few radii (does it come back?). Writes
+``benchmarks/results/attack_branin.json`` (per variant and round: loss,
+matched RMSE and its ratio to a uniform guess, recall, dispersion, time) with
+provenance, and Figure 3 / Figure 4 (left) of the main variant under
+``benchmarks/results/attack_branin/``.
+
+    PYTHONPATH=. python benchmarks/attack_report.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from pacd_jax import attack, intercept, io, leakage, methods, metrics  # noqa: E402
+from pacd_jax.config import RunConfig  # noqa: E402
+from pacd_jax.provenance import command, commit, machine  # noqa: E402
+
+#: attacker variants: name -> (AttackConfig options, rounds to attack or None for all)
+VARIANTS = {
+    "paper": (dict(restarts=5, steps=500), None),
+    "known_y": (dict(restarts=5, steps=500, learn_y=False), (5, 99)),
+    "box_uniform": (dict(restarts=5, steps=500, init="uniform", bounded=True), (5, 99)),
+    "cosine_box": (dict(restarts=5, steps=500, init="uniform", bounded=True, cosine=True), (5, 99)),
+    "one_particle": (dict(restarts=5, steps=500, init="uniform", particles=1), (5, 99)),
+}
+
+
+def basin(model, rec, truth, radii, steps, seed) -> list[dict]:
+    """L-BFGS from the truth plus N(0, r^2) noise (y known): final loss and matched RMSE per radius."""
+    out = []
+    rng = np.random.default_rng(seed)
+    for r in radii:
+        X0 = np.clip(truth.X + r * rng.standard_normal(truth.X.shape), 0.0, 1.0)[None]
+        cfg = attack.AttackConfig(restarts=1, steps=steps, learn_y=False)
+        with jax.enable_x64(True):
+            res = attack.run_attack(
+                model, jnp.asarray(rec.particles, jnp.float64), jnp.asarray(rec.grads, jnp.float64), rec.m,
+                jax.random.key(0), cfg, y_known=truth.y, start=(X0, np.asarray(truth.y)[None]),
+            )
+        out.append({
+            "radius": r,
+            "start_rmse": metrics.matched_rmse(X0[0], truth.X),
+            "final_rmse": metrics.matched_rmse(res.X, truth.X),
+            "final_loss": res.loss,
+        })
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", default=",".join(map(str, leakage.PAPER_ROUNDS)))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--float32", action="store_true", help="run BO in float32 (the attack is float64 either way)")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--basin-rounds", default="5,40,99")
+    parser.add_argument("--basin-radii", default="0.001,0.01,0.05")
+    parser.add_argument("--cache", help="pickle of (records, truths): loaded if present, else written after the run")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "attack_branin.json"))
+    args = parser.parse_args(argv)
+    rounds = tuple(int(t) for t in args.rounds.split(","))
+    start = time.perf_counter()
+    config = RunConfig(benchmark="branin", iters=100, seeds=(args.seed,), x64=not args.float32)
+    spec = intercept.InterceptSpec(0, rounds)
+    if args.cache and Path(args.cache).exists():
+        with open(args.cache, "rb") as fh:
+            pairs = [(r, t) for r, t in zip(*pickle.load(fh)) if r.round in rounds]
+        records, truths = [r for r, _ in pairs], [t for _, t in pairs]
+    else:
+        with jax.enable_x64(config.x64):
+            records, truths, _ = intercept.run_vmap(config, spec)
+        if args.cache:
+            with open(args.cache, "wb") as fh:
+                pickle.dump((records, truths), fh)
+    run_time = time.perf_counter() - start
+    model = methods.meta_gp(config, 2)
+    out_dir = Path(args.out).with_suffix("")
+    result = {"benchmark": "branin", "target_client": 0, "seed": args.seed, "bo_precision": "float32" if args.float32 else "float64",
+              "run_time_s": run_time, "variants": {}, "basin": {}}
+
+    def save():
+        result["meta"] = {"command": command("benchmarks/attack_report.py", argv), "commit": commit(), "machine": machine(),
+                          "wall_time_s": time.perf_counter() - start}
+        io.write_json(args.out, result)
+
+    def measure_basin():
+        radii = [float(r) for r in args.basin_radii.split(",")]
+        for rec, truth in zip(records, truths):
+            if str(rec.round) in args.basin_rounds.split(",") and np.all(np.isfinite(rec.grads)):
+                result["basin"][str(rec.round)] = basin(model, rec, truth, radii, 300, args.seed)
+                print("basin", rec.round, result["basin"][str(rec.round)], flush=True)
+                save()
+
+    for name in args.variants.split(","):
+        opts, only = VARIANTS[name]
+        cfg = attack.AttackConfig(**opts)
+        rng = np.random.default_rng(args.seed)
+        entries = []
+        for rec, truth in zip(records, truths):
+            if only is not None and rec.round not in only:
+                continue
+            e = leakage.attack_record(model, rec, truth, cfg, jax.random.fold_in(jax.random.key(args.seed), rec.round), rng)
+            entries.append(e)
+            print(name, json.dumps({k: e.get(k) for k in ("round", "m", "loss", "matched_rmse", "rmse_ratio", "recall_at_r", "dispersion", "true_dispersion", "time_s")}), flush=True)
+            result["variants"][name] = {"options": opts, "rounds": entries}
+            save()
+        if name == "paper":
+            doc = {"benchmark": "branin", "target_client": 0, "dp": None, "rounds": entries}
+            leakage.plot_leakage([doc], out_dir / "leakage.png")
+            leakage.plot_dispersion([doc], out_dir / "dispersion_vs_round.png")
+            measure_basin()
+    save()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""The exploitation-leakage experiment (paper section V-B, Figures 3 and 4 left).
+
+Run PACD-BO, let the coordinator record the target client's message at
+chosen rounds (:mod:`pacd_jax.intercept`), attack each record with DLG
+(:mod:`pacd_jax.attack`) and score the reconstruction as a set against the
+client's true points, next to no-information guesses (:mod:`pacd_jax.metrics`).
+Produces the ``attack.json`` document of DESIGN.md section 9.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pacd_jax import attack, intercept, io, methods, metrics
+from pacd_jax.config import RunConfig
+
+#: The paper's rounds (section V-B); 0-based round indices of a T = 100 run.
+PAPER_ROUNDS = (1, 5, 20, 40, 60, 80, 99)
+
+
+def attack_record(
+    model, record: intercept.Record, truth: intercept.Truth, attack_config: attack.AttackConfig, key, rng: np.random.Generator
+) -> dict:
+    """Attack one record in float64 and score it; one entry of ``attack.json``'s ``rounds``.
+
+    A record whose message is not finite (the run itself diverged) cannot be
+    attacked: its entry has ``"error"`` and null scores.
+    """
+    if not (np.all(np.isfinite(record.grads)) and np.all(np.isfinite(record.particles))):
+        return {
+            "round": int(record.round),
+            "m": int(record.m),
+            "error": "the intercepted message is not finite (the run's particles diverged)",
+            "loss": None,
+            "matched_rmse": None,
+            "chamfer": None,
+            "recall_at_r": None,
+            "precision_at_r": None,
+            "dispersion": None,
+            "r": metrics.default_radius(truth.X.shape[1]),
+            "baseline": metrics.no_information_baseline(truth.X, rng, "uniform"),
+            "true_dispersion": metrics.dispersion(truth.X),
+            "time_s": 0.0,
+            "X_true": truth.X.tolist(),
+            "X_rec": None,
+        }
+    with jax.enable_x64(True):
+        start = time.perf_counter()
+        res = attack.run_attack(
+            model,
+            jnp.asarray(record.particles, jnp.float64),
+            jnp.asarray(record.grads, jnp.float64),
+            record.m,
+            key,
+            attack_config,
+            y_known=truth.y,
+        )
+        elapsed = time.perf_counter() - start
+    scores = metrics.reconstruction_scores(res.X, truth.X)
+    uniform = metrics.no_information_baseline(truth.X, rng, "uniform")
+    init = metrics.no_information_baseline(truth.X, rng, "init")
+    pick = ("matched_rmse", "chamfer", "recall_at_r", "precision_at_r", "dispersion")
+    return {
+        "round": int(record.round),
+        "m": int(record.m),
+        "loss": float(res.loss),
+        **scores,
+        "baseline": {k: uniform[k] for k in pick},
+        "baseline_init": {k: init[k] for k in pick},
+        "rmse_ratio": scores["matched_rmse"] / uniform["matched_rmse"],
+        "true_dispersion": metrics.dispersion(truth.X),
+        "restart_losses": [float(v) if np.isfinite(v) else None for v in res.losses],
+        "time_s": elapsed,
+        "X_true": truth.X.tolist(),
+        "X_rec": res.X.tolist(),
+    }
+
+
+def run_leakage(
+    config: RunConfig,
+    target: int,
+    rounds,
+    attack_config: attack.AttackConfig,
+    task_factory=None,
+    on_round=None,
+) -> dict:
+    """Run, intercept and attack; returns the ``attack.json`` document for one seed.
+
+    Args:
+        config: the PACD-BO run (``config.seeds[0]`` is the seed; DP options as configured).
+        target: the target client id; rounds: 0-based rounds to attack.
+        on_round: ``on_round(entry)`` after each attacked round (progress).
+    """
+    spec = intercept.InterceptSpec(int(target), tuple(int(t) for t in rounds))
+    spec.check(config)
+    seed = config.seeds[0]
+    ctx = jax.enable_x64(True) if config.x64 else contextlib.nullcontext()
+    start = time.perf_counter()
+    with ctx:
+        records, truths, _ = intercept.run_vmap(config, spec, task_factory)
+    run_time = time.perf_counter() - start
+    model = methods.meta_gp(config, int(records[0].bounds.shape[0]))
+    rng = np.random.default_rng(seed)
+    out = []
+    for rec, truth in zip(records, truths):
+        key = jax.random.fold_in(jax.random.key(seed), rec.round)
+        entry = attack_record(model, rec, truth, attack_config, key, rng)
+        out.append(entry)
+        if on_round is not None:
+            on_round(entry)
+    return {
+        "benchmark": config.benchmark,
+        "target_client": int(target),
+        "seed": int(seed),
+        "dp": {"sigma": config.dp_sigma, "clip": config.dp_clip} if config.dp_sigma > 0 else None,
+        "attack": {
+            "restarts": attack_config.restarts,
+            "steps": attack_config.steps,
+            "learn_y": attack_config.learn_y,
+            "init": attack_config.init,
+            "cosine": attack_config.cosine,
+            "normalise": attack_config.normalise,
+            "particles": attack_config.particles,
+            "bounded": attack_config.bounded,
+            "precision": "float64",
+        },
+        "radius_fraction": metrics.RADIUS_FRACTION,
+        "run_time_s": run_time,
+        "config": config.to_dict(),
+        "rounds": out,
+    }
+
+
+# -- figures -------------------------------------------------------------------------
+
+
+def plot_leakage(docs: list[dict], path) -> None:
+    """Figure 3: per attacked round, true queries vs reconstruction on the 2-D unit box.
+
+    One row per document (first: no DP; second, if given: with DP).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ncols = max(len(d["rounds"]) for d in docs)
+    fig, axes = plt.subplots(len(docs), ncols, figsize=(2.2 * ncols, 2.4 * len(docs)), squeeze=False)
+    for row, doc in enumerate(docs):
+        label = "no DP" if doc["dp"] is None else f"DP sigma={doc['dp']['sigma']:g}"
+        for col in range(ncols):
+            ax = axes[row, col]
+            if col >= len(doc["rounds"]):
+                ax.axis("off")
+                continue
+            e = doc["rounds"][col]
+            if e.get("X_rec") is None:
+                ax.set_title(f"t={e['round']}: message not finite", fontsize=7)
+                ax.axis("off")
+                continue
+            Xt, Xr = np.asarray(e["X_true"]), np.asarray(e["X_rec"])
+            if Xt.shape[1] < 2:
+                Xt, Xr = np.c_[Xt, np.zeros(len(Xt))], np.c_[Xr, np.zeros(len(Xr))]
+            ax.scatter(Xt[:, 0], Xt[:, 1], s=10, c="tab:blue", label="true")
+            ax.scatter(Xr[:, 0], Xr[:, 1], s=14, marker="x", c="tab:red", label="recovered")
+            ax.set_xlim(0, 1)
+            ax.set_ylim(0, 1)
+            ax.set_aspect("equal")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.set_title(f"t={e['round']}  rmse {e['matched_rmse']:.2f}/{e['baseline']['matched_rmse']:.2f}", fontsize=7)
+            if col == 0:
+                ax.set_ylabel(label, fontsize=8)
+    axes[0, 0].legend(fontsize=6, loc="lower left")
+    fig.suptitle(f"{docs[0]['benchmark']}: client {docs[0]['target_client']}'s queries, true vs DLG (unit box)", fontsize=9)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def plot_dispersion(docs: list[dict], path) -> None:
+    """Figure 4 (left): dispersion of the reconstruction per round, with the truth and a uniform guess."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4.5, 3.2))
+    for doc in docs:
+        t = [e["round"] for e in doc["rounds"]]
+        label = "no DP" if doc["dp"] is None else f"DP sigma={doc['dp']['sigma']:g}"
+        ax.plot(t, [np.nan if e["dispersion"] is None else e["dispersion"] for e in doc["rounds"]], "o-", label=f"recovered ({label})")
+    ref = docs[0]
+    t = [e["round"] for e in ref["rounds"]]
+    ax.plot(t, [e["true_dispersion"] for e in ref["rounds"]], "k--", label="true queries")
+    ax.plot(t, [e["baseline"]["dispersion"] for e in ref["rounds"]], ":", c="gray", label="uniform guess")
+    ax.set_xlabel("BO round t")
+    ax.set_ylabel("dispersion (mean pairwise distance)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def _save(fig, path) -> None:
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    with io.atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=130, format=path.suffix.lstrip(".") or "png")
+    plt.close(fig)

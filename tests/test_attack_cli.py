@@ -1,0 +1,54 @@
+"""`pacd-bo attack` end to end on a tiny run, and its one-line errors."""
+
+import json
+
+import pytest
+
+from pacd_jax import cli
+
+TINY = ["--clients", "2", "--iters", "2", "--particles", "2", "--hidden", "4", "--svgd-steps", "2",
+        "--svgd-steps-init", "3", "--candidates", "16", "--local-candidates", "4", "--refine", "1",
+        "--refine-steps", "1", "--restarts", "2", "--steps", "5", "--quiet"]
+
+
+def test_attack_writes_the_documented_outputs(tmp_path):
+    out = tmp_path / "a"
+    assert cli.main(["attack", "--rounds", "1", "--box", *TINY, "--out", str(out)]) == 0
+    doc = json.loads((out / "attack.json").read_text())
+    assert doc["benchmark"] == "branin" and doc["target_client"] == 0 and doc["dp"] is None
+    (entry,) = doc["rounds"]
+    for key in ("round", "m", "loss", "dispersion", "matched_rmse", "chamfer", "recall_at_r", "precision_at_r", "r", "time_s"):
+        assert key in entry
+    assert entry["round"] == 1 and entry["m"] == 6
+    assert set(doc["rounds"][0]["baseline"]) >= {"matched_rmse", "chamfer", "recall_at_r", "dispersion"}
+    assert all(0.0 <= v <= 1.0 for p in entry["X_rec"] for v in p)  # unit box
+    assert (out / "leakage.png").stat().st_size > 0 and (out / "dispersion_vs_round.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--rounds", "2"], "--rounds must be in [0, 1]"),
+        (["--target-client", "2"], "--target-client must be in [0, 1]"),
+        (["--benchmark", "nope"], "unknown benchmark"),
+        (["--restarts", "0"], "restarts"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra, message):
+    assert cli.main(["attack", *TINY, *extra, "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_a_non_finite_message_is_reported_not_attacked():
+    import numpy as np
+
+    from pacd_jax import attack, intercept, leakage, methods
+    from pacd_jax.config import RunConfig
+
+    model = methods.meta_gp(RunConfig(hidden=(4,)), 2)
+    P = model.num_params
+    rec = intercept.Record(3, 0, 4, np.zeros((2, P)), np.full((2, P), np.nan), np.array([[0.0, 1.0], [0.0, 1.0]]))
+    truth = intercept.Truth(np.random.default_rng(0).uniform(size=(4, 2)), np.zeros(4))
+    e = leakage.attack_record(model, rec, truth, attack.AttackConfig(), None, np.random.default_rng(0))
+    assert "not finite" in e["error"] and e["matched_rmse"] is None and e["X_rec"] is None
