@@ -139,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--out", required=True, metavar="DIR", help="output folder for run.json and the plot")
     out.add_argument("--format", choices=("png", "pdf"), default="png", help="figure format (default %(default)s)")
     out.add_argument("--quiet", action="store_true", help="no progress bar or summary table")
+    _add_reliability_arguments(run)
 
     info = sub.add_parser("info", help="versions, MPI library, devices and precision of this installation",
                           description="Print the versions of pacd-jax and its dependencies, the MPI library, JAX devices and whether float64 is on.")
@@ -214,6 +215,7 @@ def _config_from_args(args):
         refine_steps=args.refine_steps,
         gp_kernel=args.gp_kernel,
         gp_fit_steps=args.gp_fit_steps,
+        on_bad_value=args.on_bad_value,
     )
 
 
@@ -260,7 +262,7 @@ def cmd_run(args) -> int:
     root = config.backend != "mpi" or _world_rank() == 0
     bar, on_round = _progress(config.iters * len(config.seeds), args.quiet or not root)
     try:
-        doc = experiment.run(config, factory, on_round, args.comm_log)
+        doc = experiment.run(config, factory, on_round, args.comm_log, **_checkpoint_kwargs(args))
     finally:
         bar.close()
     if doc is None:  # an MPI client rank: rank 0 writes the outputs
@@ -271,6 +273,24 @@ def cmd_run(args) -> int:
         _print_summary(doc)
         print(f"wrote {out / 'run.json'} and {out / f'convergence.{args.format}'}")
     return 0
+
+
+def _add_reliability_arguments(run) -> None:
+    from pacd_jax.config import BAD_VALUE_POLICIES
+
+    rel = run.add_argument_group("reliability (README: Reliability)")
+    rel.add_argument("--checkpoint", metavar="DIR", help="save the complete state after every round in DIR (atomically)")
+    rel.add_argument("--resume", action="store_true", help="continue from the last complete round saved in --checkpoint DIR")
+    rel.add_argument("--on-bad-value", choices=BAD_VALUE_POLICIES, default="stop",
+                     help="a NaN/inf objective value: stop (naming client and round) or skip (drop it, record it in run.json) (default %(default)s)")
+
+
+def _checkpoint_kwargs(args) -> dict:
+    if args.resume and args.checkpoint is None:
+        raise UsageError("--resume needs --checkpoint DIR")
+    if args.checkpoint is None:
+        return {}
+    return {"checkpoint": args.checkpoint, "resume": args.resume}
 
 
 def _world_rank() -> int:

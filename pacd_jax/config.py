@@ -11,6 +11,7 @@ import numpy as np
 METHODS = ("pacd", "pacoh", "independent")
 BACKENDS = ("vmap", "mpi")
 TRANSPORTS = ("gather", "p2p")
+BAD_VALUE_POLICIES = ("stop", "skip")
 BENCHMARKS = ("sinusoid", "branin", "hartmann6", "wingweight")
 
 
@@ -59,7 +60,9 @@ class RunConfig:
         message per client, so no gradient passes through another client's
         process), share_results (MPI: clients also send their queried points
         and values to rank 0 at the end; a privacy choice, off by default),
-        x64 (float64 everywhere).
+        x64 (float64 everywhere), on_bad_value (``stop``: a NaN/inf
+        observation ends the run naming client and round; ``skip``: the value
+        is dropped and recorded per client in ``run.json``).
     """
 
     benchmark: str = "branin"
@@ -95,6 +98,8 @@ class RunConfig:
     # independent baseline
     gp_kernel: str = "matern52"
     gp_fit_steps: int = 50
+    # reliability
+    on_bad_value: str = "stop"
 
     def __post_init__(self):
         if not isinstance(self.benchmark, str) or not self.benchmark:
@@ -155,6 +160,8 @@ class RunConfig:
         if self.gp_kernel not in ("matern52", "rbf"):
             raise ValueError(f"unknown gp_kernel {self.gp_kernel!r}; choose matern52 or rbf")
         _check_int("gp_fit_steps", self.gp_fit_steps, 1, 10**6)
+        if self.on_bad_value not in BAD_VALUE_POLICIES:
+            raise ValueError(f"unknown on_bad_value {self.on_bad_value!r}; choose one of {', '.join(BAD_VALUE_POLICIES)}")
 
     def to_dict(self) -> dict:
         """JSON-ready dict of every option (tuples as lists)."""

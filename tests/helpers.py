@@ -127,3 +127,27 @@ def failing_on_rank_2(num_clients, seed):
 
 def nan_on_client_1_after_design(num_clients, seed):
     return NaNOffDesign(num_clients, seed)
+
+
+class SlowShifted(Shifted):
+    """An 'expensive experiment': every evaluation waits ``delay`` seconds on the host."""
+
+    name = "slow-shifted"
+    delay = 0.15
+
+    def evaluate(self, i, x):
+        import time
+
+        import jax
+
+        def wait(v):
+            time.sleep(self.delay)
+            return v
+
+        x = jnp.asarray(x)
+        x = jax.pure_callback(wait, jax.ShapeDtypeStruct(x.shape, x.dtype), x, vmap_method="sequential")
+        return super().evaluate(i, x)
+
+
+def slow_factory(num_clients, seed):
+    return SlowShifted(num_clients, seed)
