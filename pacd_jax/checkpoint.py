@@ -118,15 +118,16 @@ class Store:
         chash: :func:`config_hash` of the run.
         resume: continue from the checkpoints found; without it a folder that
             already holds checkpoints is refused (nothing is overwritten by accident).
+        pattern: the files of this writer (an MPI rank checks only its own).
     """
 
-    def __init__(self, directory: str | os.PathLike, chash: str, resume: bool):
+    def __init__(self, directory: str | os.PathLike, chash: str, resume: bool, pattern: str = "*.npz"):
         self.directory = Path(directory)
         self.chash = chash
         self.resume = resume
         if self.directory.exists() and not self.directory.is_dir():
             raise CheckpointError(f"--checkpoint {str(self.directory)!r} exists and is not a folder")
-        existing = sorted(self.directory.glob("*.npz")) if self.directory.exists() else []
+        existing = sorted(self.directory.glob(pattern)) if self.directory.exists() else []
         if existing and not resume:
             raise CheckpointError(
                 f"--checkpoint {str(self.directory)!r} already holds a checkpoint; pass --resume to continue it or choose an empty folder"

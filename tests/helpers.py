@@ -141,7 +141,13 @@ class SlowShifted(Shifted):
         import jax
 
         def wait(v):
+            import os
+
             time.sleep(self.delay)
+            log = os.environ.get("PACD_TEST_EVAL_LOG")
+            if log:  # count the evaluations a process makes
+                with open(f"{log}-{os.getpid()}", "a") as fh:
+                    fh.write("1\n")
             return v
 
         x = jnp.asarray(x)
@@ -150,4 +156,15 @@ class SlowShifted(Shifted):
 
 
 def slow_factory(num_clients, seed):
+    return SlowShifted(num_clients, seed)
+
+
+def slow_recording_pid(num_clients, seed):
+    """``slow_factory`` that writes this process's pid to ``$PACD_TEST_MARKS/pid-rank-<r>`` (fault tests)."""
+    import os
+    from pathlib import Path
+
+    mark_dir = os.environ.get("PACD_TEST_MARKS")
+    if mark_dir:
+        Path(mark_dir, f"pid-rank-{_rank()}").write_text(str(os.getpid()))
     return SlowShifted(num_clients, seed)
