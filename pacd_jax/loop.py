@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pacd_jax import keys, tasks
+from pacd_jax import coordinator, keys, tasks
 from pacd_jax.client import ClientBuffer, append, empty_buffer
 from pacd_jax.methods import Method
 
@@ -259,6 +259,8 @@ def run_batch(
     for t in range(start, problem.iters):
         state, (_, y) = round_fn(state, jnp.asarray(t, jnp.int32), seed_arr, params)
         y_host = batch(y)
+        jax.effects_barrier()
+        coordinator.raise_bad_gradients(ids)
         bad = ~np.isfinite(np.asarray(y_host))
         if bad.any() and on_bad_value == "skip":
             state = _drop_values(state, bad, t, vectorise)

@@ -106,9 +106,10 @@ def pacd(config: RunConfig, dim: int) -> Method:
     def learn(state, buffers, round_idx):
         beta = buffers.count[0].astype(buffers.X.dtype)  # beta = m, the same for every client
 
-        def one_step(_, s):
+        def one_step(j, s):
             # every client computes its K gradients on its own data (eq. 6) ...
             grads = jax.vmap(client.local_gradients, (None, None, 0))(learner.model, s.particles, buffers)
+            coordinator.validate_gradients(grads, buffers.X.shape[0], s.particles, round_idx, j)
             # ... and the coordinator aggregates them and moves the particles (eq. 7)
             return learner.coordinator_update(s, grads, beta)
 

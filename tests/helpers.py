@@ -168,3 +168,26 @@ def slow_recording_pid(num_clients, seed):
     if mark_dir:
         Path(mark_dir, f"pid-rank-{_rank()}").write_text(str(os.getpid()))
     return SlowShifted(num_clients, seed)
+
+
+class Offset(Shifted):
+    """Client 1's values are offset by +1000 (finite, but easy to tell apart)."""
+
+    name = "offset"
+
+    def evaluate(self, i, x):
+        return super().evaluate(i, x) + (1000.0 if i == 1 else 0.0)
+
+
+def offset_factory(num_clients, seed):
+    return Offset(num_clients, seed)
+
+
+def nan_gradients_on_rank_2(num_clients, seed):
+    """A misbehaving client: in rank 2's process (client 1) every gradient message is NaN."""
+    if _rank() == "2":
+        import pacd_jax.client as client_module
+
+        original = client_module.local_gradients
+        client_module.local_gradients = lambda model, particles, buf: original(model, particles, buf) * jnp.nan
+    return Shifted(num_clients, seed)

@@ -87,3 +87,12 @@ def test_client_rank_killed_mid_run_ends_the_job_and_resumes(tmp_path):
     meta1 = checkpoint.read_meta(tmp_path / "ck2" / "rank-1.npz")
     assert any(tuple(s) == (1, capacity, 1) for s, _ in meta1["leaves"])  # client 0's own buffer
     assert meta1["rounds_done"] == meta0["rounds_done"] == iters
+
+
+def test_nan_gradient_from_one_client_rank_aborts_naming_it(tmp_path):
+    proc = mpirun(3, ["--task", "helpers:nan_gradients_on_rank_2", "--clients", "2", "--iters", "2", "--out", "out",
+                      *SMALL_CLI], tmp_path, timeout=240)
+    assert proc.returncode != 0
+    assert "pacd-bo [rank 0]: error: client 1 sent a non-finite gradient at round 0, SVGD step 0" in proc.stderr, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "out" / "run.json").exists()

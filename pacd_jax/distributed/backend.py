@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pacd_jax import client, experiment, loop, methods, tasks
+from pacd_jax import client, coordinator, experiment, loop, methods, tasks
 from pacd_jax.config import RunConfig
 from pacd_jax.distributed.channel import COORDINATOR, Channel, CommLog
 from pacd_jax.methods import Method
@@ -110,6 +110,7 @@ def coordinator_round_fn(config: RunConfig, learner: methods.MetaLearner, channe
         def one_step(j, s):
             channel.broadcast(s.particles, round_idx, j)
             grads = channel.collect(jnp.zeros_like(s.particles), round_idx, j)
+            coordinator.validate_gradients(grads, config.num_clients, s.particles, round_idx, j)
             return learner.coordinator_update(s, grads, beta)
 
         state = jax.lax.fori_loop(0, steps, one_step, state)
@@ -198,6 +199,8 @@ def _run_coordinator(config: RunConfig, channel: Channel, on_round, dtype, store
             for t in range(start_round, config.iters):
                 state = round_fn(state, jnp.asarray(t, jnp.int32))
                 jax.block_until_ready(state.particles)
+                jax.effects_barrier()
+                coordinator.raise_bad_gradients(range(config.num_clients))
                 if store is not None:
                     store.save(k, state, t + 1, {"summaries": seed_clients})
                 done += 1
