@@ -116,7 +116,7 @@ class RunConfig:
         _check_int("iters", self.iters, 1, 100_000)
         seeds = tuple(self.seeds)
         if not seeds:
-            raise ValueError("seeds must not be empty")
+            raise ValueError(f"seeds must not be empty, got {self.seeds!r}")
         for s in seeds:
             _check_int("seed", s, 0, 2**31 - 1)
         if len(set(seeds)) != len(seeds):
@@ -131,7 +131,7 @@ class RunConfig:
         _check_int("num_particles", self.num_particles, 1, 100_000)
         hidden = tuple(self.hidden)
         if not hidden:
-            raise ValueError("hidden must name at least one layer width")
+            raise ValueError(f"hidden must name at least one layer width, got {self.hidden!r}")
         for h in hidden:
             _check_int("hidden width", h, 1, 100_000)
         object.__setattr__(self, "hidden", tuple(int(h) for h in hidden))
