@@ -81,7 +81,7 @@ def read_meta(path: str | os.PathLike) -> dict:
 
 
 def load(path: str | os.PathLike, like: Any, chash: str) -> tuple[Any, int, dict]:
-    """Read a checkpoint into the structure of ``like``; returns ``(state, rounds_done, extra)``.
+    """Read a checkpoint into the structure of ``like`` (arrays or ``jax.ShapeDtypeStruct``); returns ``(state, rounds_done, extra)``.
 
     Raises:
         CheckpointError: the file was written for another configuration, or its
@@ -101,10 +101,10 @@ def load(path: str | os.PathLike, like: Any, chash: str) -> tuple[Any, int, dict
     if len(leaves) != len(like_leaves):
         raise CheckpointError(f"checkpoint {str(path)!r} holds {len(leaves)} arrays, this run's state has {len(like_leaves)}")
     for j, (a, b) in enumerate(zip(leaves, like_leaves)):
-        if a.shape != np.shape(b) or a.dtype != np.asarray(b).dtype:
+        shape, dtype = tuple(b.shape), np.dtype(b.dtype)  # arrays or jax.ShapeDtypeStruct
+        if a.shape != shape or a.dtype != dtype:
             raise CheckpointError(
-                f"checkpoint {str(path)!r}: array {j} is {a.dtype}{list(a.shape)}, this run expects "
-                f"{np.asarray(b).dtype}{list(np.shape(b))}"
+                f"checkpoint {str(path)!r}: array {j} is {a.dtype}{list(a.shape)}, this run expects {dtype}{list(shape)}"
             )
     state = jax.tree_util.tree_unflatten(treedef, [jax.numpy.asarray(a) for a in leaves])
     return state, int(meta["rounds_done"]), meta.get("extra", {})

@@ -244,15 +244,16 @@ def run_batch(
     if on_bad_value not in ("stop", "skip"):
         raise ValueError(f"on_bad_value must be 'stop' or 'skip', got {on_bad_value!r}")
     ids = np.asarray(problem.ids)
-    state = init(seed_arr, params)
     start, skipped = 0, []
-    loaded = store.load(store_name, state) if store is not None else None
+    # on resume only the state's structure is needed: eval_shape runs no objective evaluation
+    loaded = store.load(store_name, jax.eval_shape(init, seed_arr, params)) if store is not None else None
     if loaded is not None:
         state, start, extra = loaded
         skipped = [tuple(v) for v in extra.get("skipped", [])]
         if extra.get("seeds", list(seeds)) != list(seeds):
             raise ValueError(f"checkpoint {store_name!r} holds seeds {extra.get('seeds')}, this run {list(seeds)}")
     else:
+        state = init(seed_arr, params)
         _check_finite(batch(state.buffers.y[..., : problem.init_points]), list(seeds), ids, "in the initial design")
         if store is not None:
             store.save(store_name, state, 0, {"seeds": list(seeds), "skipped": []})

@@ -47,7 +47,7 @@ def _rounds_done(path):
 
 
 @pytest.mark.parametrize("method", ["pacd"])
-def test_kill_at_a_random_round_and_resume_gives_the_same_run_json(tmp_path, capsys, method):
+def test_kill_at_a_random_round_and_resume_gives_the_same_run_json(tmp_path, capsys, monkeypatch, method):
     iters = 6
     kill_after = random.randrange(1, iters - 1)  # the run is killed once this many rounds are saved
     args = ["run", "--task", "helpers:slow_factory", "--method", method, "--clients", "2", "--iters", str(iters),
@@ -67,13 +67,20 @@ def test_kill_at_a_random_round_and_resume_gives_the_same_run_json(tmp_path, cap
     assert kill_after <= saved < iters, (kill_after, saved)  # killed mid-run, with rounds left to do
     assert not (tmp_path / "killed" / "run.json").exists()
 
-    os.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PACD_TEST_EVAL_LOG", str(tmp_path / "evals-resumed"))
     code = cli.main([*args, "--out", str(tmp_path / "resumed"), "--checkpoint", str(ckpt), "--resume"])
     _, err = capsys.readouterr()
     assert code == 0, err
+    monkeypatch.setenv("PACD_TEST_EVAL_LOG", str(tmp_path / "evals-straight"))
     code = cli.main([*args, "--out", str(tmp_path / "straight")])
     _, err = capsys.readouterr()
     assert code == 0, err
+    count = lambda name: sum(len(p.read_text().splitlines()) for p in tmp_path.glob(f"{name}-*"))
+    # the resumed run evaluated only the rounds left, 2 clients x (iters - saved), plus the user-task check
+    # at the box centre (tasks.check_family, one per client); not the initial design again
+    assert count("evals-resumed") == 2 * (iters - saved) + 2, (count("evals-resumed"), saved)
+    assert count("evals-straight") > count("evals-resumed")
     resumed = json.loads((tmp_path / "resumed" / "run.json").read_text())
     straight = json.loads((tmp_path / "straight" / "run.json").read_text())
     assert _without_time(resumed) == _without_time(straight), f"killed after round {saved}"
