@@ -96,3 +96,14 @@ def test_nan_gradient_from_one_client_rank_aborts_naming_it(tmp_path):
     assert "pacd-bo [rank 0]: error: client 1 sent a non-finite gradient at round 0, SVGD step 0" in proc.stderr, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "out" / "run.json").exists()
+
+
+def test_skip_bad_values_on_a_client_rank(tmp_path):
+    proc = mpirun(3, ["--task", "helpers:nan_on_client_1_after_design", "--clients", "2", "--iters", "2", "--out", "out",
+                      "--on-bad-value", "skip", "--share-results", "--checkpoint", "ck", *SMALL_CLI], tmp_path, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads((tmp_path / "out" / "run.json").read_text())
+    c0, c1 = doc["results"][0]["clients"]
+    assert c0["skipped_rounds"] == [] and len(c0["X"]) == 5 + 2
+    assert c1["skipped_rounds"] == [0, 1] and len(c1["X"]) == 5 and np.all(np.isfinite(c1["y"]))
+    assert checkpoint.read_meta(tmp_path / "ck" / "rank-2.npz")["extra"]["skipped"] == [[0, 0, 0], [0, 0, 1]]
