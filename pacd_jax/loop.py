@@ -171,19 +171,15 @@ class SeedResults:
     skipped: list = dataclasses.field(default_factory=list)
 
 
-def _drop_values(state: RunState, bad: np.ndarray, round_idx: int, batched: bool) -> RunState:
-    """Undo round ``round_idx``'s append for the ``(S, N)`` clients in ``bad``.
+def _drop_values(state: RunState, bad: np.ndarray, batched: bool) -> RunState:
+    """Undo the last round's append for the ``(S, N)`` clients in ``bad``.
 
     The dropped row is zeroed and the client's count decremented, so the model
-    never sees the value; the noise-free record keeps the round's (non-finite)
-    value at row ``m0 + round_idx``.
+    never sees the value (the noise-free record, indexed by round, keeps it).
     """
     buffers = jax.tree_util.tree_map(np.array, state.buffers)
-    f = np.array(state.f)
     if not batched:
         buffers = jax.tree_util.tree_map(lambda a: a[None], buffers)
-        f = f[None]
-    del round_idx
     for s, i in np.argwhere(bad):
         c = int(buffers.count[s, i]) - 1
         buffers.X[s, i, c] = 0.0
@@ -191,8 +187,7 @@ def _drop_values(state: RunState, bad: np.ndarray, round_idx: int, batched: bool
         buffers.count[s, i] = c
     if not batched:
         buffers = jax.tree_util.tree_map(lambda a: a[0], buffers)
-        f = f[0]
-    return state._replace(buffers=jax.tree_util.tree_map(jnp.asarray, buffers), f=jnp.asarray(f))
+    return state._replace(buffers=jax.tree_util.tree_map(jnp.asarray, buffers))
 
 
 def run_batch(
@@ -264,7 +259,7 @@ def run_batch(
         coordinator.raise_bad_gradients(ids)
         bad = ~np.isfinite(np.asarray(y_host))
         if bad.any() and on_bad_value == "skip":
-            state = _drop_values(state, bad, t, vectorise)
+            state = _drop_values(state, bad, vectorise)
             skipped += [(int(s), int(i), t) for s, i in np.argwhere(bad)]
         elif bad.any():
             try:
