@@ -149,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--out", required=True, metavar="DIR", help="output folder for run.json and the plot")
     out.add_argument("--format", choices=("png", "pdf"), default="png", help="figure format (default %(default)s)")
     out.add_argument("--quiet", action="store_true", help="no progress bar or summary table")
+    _add_reliability_arguments(run)
 
     info = sub.add_parser("info", help="versions, MPI library, devices and precision of this installation",
                           description="Print the versions of pacd-jax and its dependencies, the MPI library, JAX devices and whether float64 is on.")
@@ -239,6 +240,7 @@ def _config_from_args(args):
         dp_sigma=args.dp_sigma,
         dp_clip=args.dp_clip,
         consensus_steps=args.consensus_steps,
+        on_bad_value=args.on_bad_value,
     )
 
 
@@ -291,11 +293,13 @@ def cmd_run(args) -> int:
         spy = InterceptSpec(args.intercept_client, tuple(args.intercept_rounds))
         spy.check(config)
         spy = (spy, Path(args.intercept_out) if args.intercept_out else out / "intercept.npz")
+    if spy is not None and args.checkpoint is not None:
+        raise UsageError("--checkpoint cannot be combined with --intercept-client (an interception run is an experiment, not a campaign)")
     root = config.backend != "mpi" or _world_rank() == 0
     bar, on_round = _progress(config.iters * len(config.seeds), args.quiet or not root)
     try:
         if spy is None:
-            doc = experiment.run(config, factory, on_round, args.comm_log)
+            doc = experiment.run(config, factory, on_round, args.comm_log, **_checkpoint_kwargs(args))
         elif config.backend == "mpi":
             from pacd_jax.distributed.backend import run as run_mpi
 
@@ -323,6 +327,24 @@ def jax_x64(on: bool):
     import jax
 
     return jax.enable_x64(True) if on else contextlib.nullcontext()
+
+
+def _add_reliability_arguments(run) -> None:
+    from pacd_jax.config import BAD_VALUE_POLICIES
+
+    rel = run.add_argument_group("reliability (README: Reliability)")
+    rel.add_argument("--checkpoint", metavar="DIR", help="save the complete state after every round in DIR (atomically)")
+    rel.add_argument("--resume", action="store_true", help="continue from the last complete round saved in --checkpoint DIR")
+    rel.add_argument("--on-bad-value", choices=BAD_VALUE_POLICIES, default="stop",
+                     help="a NaN/inf objective value: stop (naming client and round) or skip (drop it, record it in run.json) (default %(default)s)")
+
+
+def _checkpoint_kwargs(args) -> dict:
+    if args.resume and args.checkpoint is None:
+        raise UsageError("--resume needs --checkpoint DIR")
+    if args.checkpoint is None:
+        return {}
+    return {"checkpoint": args.checkpoint, "resume": args.resume}
 
 
 def _world_rank() -> int:

@@ -11,6 +11,7 @@ import numpy as np
 METHODS = ("pacd", "pacoh", "independent", "cboc-u", "cboc-l")
 BACKENDS = ("vmap", "mpi")
 TRANSPORTS = ("gather", "p2p")
+BAD_VALUE_POLICIES = ("stop", "skip")
 BENCHMARKS = ("sinusoid", "branin", "hartmann6", "wingweight")
 
 
@@ -61,7 +62,9 @@ class RunConfig:
         message per client, so no gradient passes through another client's
         process), share_results (MPI: clients also send their queried points
         and values to rank 0 at the end; a privacy choice, off by default),
-        x64 (float64 everywhere).
+        x64 (float64 everywhere), on_bad_value (``stop``: a NaN/inf
+        observation ends the run naming client and round; ``skip``: the value
+        is dropped and recorded per client in ``run.json``).
     Differential privacy (paper section VI, :mod:`pacd_jax.dp`):
         dp_sigma (noise multiplier sigma; 0 switches DP off), dp_clip (clip
         norm C of each per-particle gradient). Each client clips and adds
@@ -105,6 +108,8 @@ class RunConfig:
     dp_sigma: float = 0.0
     dp_clip: float = 1.0
     consensus_steps: int | None = None
+    # reliability
+    on_bad_value: str = "stop"
 
     def __post_init__(self):
         if not isinstance(self.benchmark, str) or not self.benchmark:
@@ -121,7 +126,7 @@ class RunConfig:
         _check_int("iters", self.iters, 1, 100_000)
         seeds = tuple(self.seeds)
         if not seeds:
-            raise ValueError("seeds must not be empty")
+            raise ValueError(f"seeds must not be empty, got {self.seeds!r}")
         for s in seeds:
             _check_int("seed", s, 0, 2**31 - 1)
         if len(set(seeds)) != len(seeds):
@@ -136,7 +141,7 @@ class RunConfig:
         _check_int("num_particles", self.num_particles, 1, 100_000)
         hidden = tuple(self.hidden)
         if not hidden:
-            raise ValueError("hidden must name at least one layer width")
+            raise ValueError(f"hidden must name at least one layer width, got {self.hidden!r}")
         for h in hidden:
             _check_int("hidden width", h, 1, 100_000)
         object.__setattr__(self, "hidden", tuple(int(h) for h in hidden))
@@ -171,6 +176,8 @@ class RunConfig:
             _check_int("consensus_steps", self.consensus_steps, 1, 10**7)
         if self.method in ("cboc-u", "cboc-l", "pacoh") and self.backend != "vmap":
             raise ValueError(f"method {self.method} runs in one process only (--backend vmap)")
+        if self.on_bad_value not in BAD_VALUE_POLICIES:
+            raise ValueError(f"unknown on_bad_value {self.on_bad_value!r}; choose one of {', '.join(BAD_VALUE_POLICIES)}")
 
     def to_dict(self) -> dict:
         """JSON-ready dict of every option (tuples as lists)."""

@@ -77,3 +77,57 @@ def update(
     """One coordinator step: aggregate ``(N, K, P)`` client gradients, score, SVGD step."""
     scores = meta_score(model, objective, state.particles, aggregate(grads), beta)
     return svgd.step(state, scores)
+
+
+# -- validation of what the clients send ---------------------------------------------
+
+
+class BadGradientError(ValueError):
+    """A client sent gradients of the wrong shape or with NaN/inf; the message names the client."""
+
+
+def check_gradient_shape(grads: Array, num_clients: int, particles: Array) -> None:
+    """Trace-time check that the gathered gradients are ``(N, K, P)`` like the particles."""
+    expected = (num_clients,) + tuple(particles.shape)
+    if tuple(grads.shape) != expected:
+        raise BadGradientError(f"the coordinator received gradients of shape {tuple(grads.shape)}, expected {expected}")
+
+
+def first_bad_client(grads: Array) -> Array:
+    """Index of the first client whose ``(K, P)`` block holds a NaN/inf, -1 if none (jit-able)."""
+    ok = jnp.all(jnp.isfinite(grads.reshape(grads.shape[0], -1)), axis=1)
+    return jnp.where(jnp.all(ok), -1, jnp.argmin(ok)).astype(jnp.int32)
+
+
+#: (client index, round, step) of non-finite gradients seen since the last check (host side)
+_BAD: list[tuple[int, int, int]] = []
+
+
+def _record(bad, round_idx, step) -> None:
+    for b, r, s in zip(np.ravel(bad), np.ravel(np.broadcast_to(round_idx, np.shape(bad))), np.ravel(np.broadcast_to(step, np.shape(bad)))):
+        if int(b) >= 0:
+            _BAD.append((int(b), int(r), int(s)))
+
+
+def validate_gradients(grads: Array, num_clients: int, particles: Array, round_idx: Array, step: Array) -> None:
+    """The coordinator's check of every gathered gradient (inside the jitted round).
+
+    The shape is checked when the round is traced; finiteness at run time:
+    a host callback records the first offending client of the step, and
+    :func:`raise_bad_gradients` (called by the backend after the round) ends
+    the run naming it. The round's arrays keep flowing meanwhile (no
+    data-dependent control flow inside the jitted loop).
+    """
+    check_gradient_shape(grads, num_clients, particles)
+    jax.debug.callback(_record, first_bad_client(grads), round_idx, step)
+
+
+def raise_bad_gradients(client_ids) -> None:
+    """Raise :class:`BadGradientError` for the first non-finite gradient recorded (and clear the record)."""
+    if not _BAD:
+        return
+    b, r, s = _BAD[0]
+    _BAD.clear()
+    raise BadGradientError(
+        f"client {int(np.asarray(client_ids)[b])} sent a non-finite gradient at round {r}, SVGD step {s}; the coordinator stopped the run"
+    )

@@ -54,6 +54,8 @@ def run(
     task_factory: TaskFactory | None = None,
     on_round: Callable[[int, int], None] | None = None,
     comm_log: str | None = None,
+    checkpoint: str | None = None,
+    resume: bool = False,
 ) -> dict | None:
     """Run ``config`` and return the ``run.json`` document.
 
@@ -68,6 +70,8 @@ def run(
         on_round: progress callback ``on_round(rounds_done, rounds_total)``
             counting rounds over all seed batches.
         comm_log: MPI backend only: write every message to this JSON-lines file.
+        checkpoint: save the complete state after every round in this folder
+            (:mod:`pacd_jax.checkpoint`); with ``resume`` continue from it.
 
     Raises:
         ValueError: bad configuration or task; :class:`loop.NonFiniteObjectiveError`
@@ -76,15 +80,30 @@ def run(
     if config.backend == "mpi":
         from pacd_jax.distributed.backend import run as run_mpi
 
+        if checkpoint is not None or resume:
+            return run_mpi(config, task_factory, on_round, comm_log, checkpoint=checkpoint, resume=resume)
         return run_mpi(config, task_factory, on_round, comm_log)
     if comm_log is not None:
         raise ValueError("a communication log needs the mpi backend (--backend mpi)")
+    store = checkpoint_store(config, checkpoint, resume)
     x64 = jax.enable_x64(True) if config.x64 else contextlib.nullcontext()
     with x64:
-        return _run(config, task_factory, on_round)
+        return _run(config, task_factory, on_round, store)
 
 
-def _run(config, task_factory, on_round) -> dict:
+def checkpoint_store(config: RunConfig, directory, resume: bool, suffix: str = ""):
+    """The :class:`pacd_jax.checkpoint.Store` of a run (None without a folder)."""
+    from pacd_jax import checkpoint
+
+    if directory is None:
+        if resume:
+            raise ValueError("--resume needs --checkpoint DIR")
+        return None
+    extra = {"role": suffix}
+    return checkpoint.Store(directory, checkpoint.config_hash(config, extra), resume)
+
+
+def _run(config, task_factory, on_round, store=None) -> dict:
     start = time.perf_counter()
     dtype = jnp.result_type(float)
     fams = build_families(config, task_factory)
@@ -108,20 +127,25 @@ def _run(config, task_factory, on_round) -> dict:
             on_round(done[0], total)
 
     results: list[loop.SeedResults] = []
-    for problem, seeds, params, batched in batches:
-        results.append(loop.run_batch(problem, method, seeds, params, batched, dtype, tick))
+    for b, (problem, seeds, params, batched) in enumerate(batches):
+        results.append(
+            loop.run_batch(problem, method, seeds, params, batched, dtype, tick,
+                           store=store, store_name=f"batch-{b}", on_bad_value=config.on_bad_value)
+        )
 
-    by_seed = {}
+    by_seed, skipped = {}, {}
     for res in results:
         for j, seed in enumerate(res.seeds):
             by_seed[seed] = (res.X[j], res.y[j], res.f[j])
+            skipped[seed] = [(i, t) for s, i, t in res.skipped if s == j]
 
     problem = problems[0]
     seed_clients = []
     for fam, seed in zip(fams, config.seeds):
         X, y, f = by_seed[seed]
         clients = [
-            client_summary(i, X[i], y[i], f[i], fam.optimum(i)[1], problem.init_points, share=True)
+            client_summary(i, X[i], y[i], f[i], fam.optimum(i)[1], problem.init_points, share=True,
+                           skipped_rounds=_skips(config, skipped[seed], i))
             for i in range(config.num_clients)
         ]
         seed_clients.append((seed, clients))
@@ -146,21 +170,44 @@ def privacy_record(config: RunConfig, delta: float = 1e-5) -> dict | None:
     return accounting.run_record(config.dp_sigma, config.dp_clip, config.num_particles, steps, delta)
 
 
+def _skips(config: RunConfig, skipped: list, client: int) -> list | None:
+    """Rounds whose value ``client`` dropped (None unless ``on_bad_value == "skip"``)."""
+    if config.on_bad_value != "skip":
+        return None
+    return sorted(t for i, t in skipped if i == client)
+
+
 def method_num_params(config: RunConfig, dim: int) -> int:
     """P, the length of one particle (what each message carries K of)."""
     return methods.meta_gp(config, dim).num_params if messages.communicates(config) else 0
 
 
-def client_summary(client_id: int, X, y, f, f_star: float, init_points: int, share: bool) -> dict:
+def client_summary(client_id: int, X, y, f, f_star: float, init_points: int, share: bool, skipped_rounds=None) -> dict:
     """What one client reports for one seed: its regret curve, AUC and best observed value.
 
     With ``share`` the queried points ``X`` (original units), the observed ``y``
     and the noise-free ``f`` are included; otherwise they are ``None`` (the MPI
     backend's default: a client publishes its curve, not its data).
+
+    ``skipped_rounds`` (``on_bad_value="skip"``): the rounds whose value was
+    dropped. ``X`` and ``y`` are the client's buffer (its valid rows first),
+    ``f`` the noise-free record by round; the dropped rounds are left out of
+    the lists, count as no improvement in the regret curve (still ``T + 1``
+    values), and are listed under ``"skipped_rounds"``.
     """
     f = np.asarray(f, np.float64)
-    regret = metrics.normalised_regret(f, float(f_star), init_points)
-    return {
+    f_curve = f
+    if skipped_rounds is not None:
+        rows = [init_points + int(t) for t in skipped_rounds]
+        keep = np.ones(f.shape[-1], bool)
+        keep[rows] = False
+        f_curve = f.copy()
+        f_curve[rows] = np.inf
+        f = f[keep]
+        X = np.asarray(X)[: int(keep.sum())]
+        y = np.asarray(y)[: int(keep.sum())]
+    regret = metrics.normalised_regret(f_curve, float(f_star), init_points)
+    out = {
         "client": int(client_id),
         "X": np.asarray(X, np.float64).tolist() if share else None,
         "y": np.asarray(y, np.float64).tolist() if share else None,
@@ -170,6 +217,9 @@ def client_summary(client_id: int, X, y, f, f_star: float, init_points: int, sha
         "auc": float(metrics.early_auc(regret)),
         "best_y": float(np.min(y)),
     }
+    if skipped_rounds is not None:
+        out["skipped_rounds"] = [int(t) for t in skipped_rounds]
+    return out
 
 
 def document(

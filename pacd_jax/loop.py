@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pacd_jax import keys, tasks
+from pacd_jax import coordinator, keys, tasks
 from pacd_jax.client import ClientBuffer, append, empty_buffer
 from pacd_jax.methods import Method
 
@@ -134,8 +134,10 @@ def bo_round(problem: Problem, method: Method, state: RunState, round_idx: Array
     f = problem.evaluate_all(params, x)
     y = problem.observe(f, seed, round_idx)
     buffers = jax.vmap(append)(state.buffers, x, y)
-    count = state.buffers.count[0]
-    f_buf = jax.lax.dynamic_update_slice(state.f, f[:, None].astype(state.f.dtype), (jnp.zeros_like(count), count))
+    # the noise-free record is indexed by round (row m0 + t), so it stays aligned
+    # when a client skips a bad value and its buffer count falls behind
+    row = jnp.asarray(problem.init_points, jnp.int32) + jnp.asarray(round_idx, jnp.int32)
+    f_buf = jax.lax.dynamic_update_slice(state.f, f[:, None].astype(state.f.dtype), (jnp.zeros_like(row), row))
     return RunState(buffers, f_buf, model), (x, y)
 
 
@@ -163,6 +165,29 @@ class SeedResults:
     X: np.ndarray
     y: np.ndarray
     f: np.ndarray
+    #: ``(S, N)`` valid buffer rows per client (``m0 + T`` unless values were skipped).
+    count: np.ndarray | None = None
+    #: ``[(seed_index, client_index, round), ...]`` values dropped by ``on_bad_value="skip"``.
+    skipped: list = dataclasses.field(default_factory=list)
+
+
+def _drop_values(state: RunState, bad: np.ndarray, batched: bool) -> RunState:
+    """Undo the last round's append for the ``(S, N)`` clients in ``bad``.
+
+    The dropped row is zeroed and the client's count decremented, so the model
+    never sees the value (the noise-free record, indexed by round, keeps it).
+    """
+    buffers = jax.tree_util.tree_map(np.array, state.buffers)
+    if not batched:
+        buffers = jax.tree_util.tree_map(lambda a: a[None], buffers)
+    for s, i in np.argwhere(bad):
+        c = int(buffers.count[s, i]) - 1
+        buffers.X[s, i, c] = 0.0
+        buffers.y[s, i, c] = 0.0
+        buffers.count[s, i] = c
+    if not batched:
+        buffers = jax.tree_util.tree_map(lambda a: a[0], buffers)
+    return state._replace(buffers=jax.tree_util.tree_map(jnp.asarray, buffers))
 
 
 def run_batch(
@@ -174,6 +199,9 @@ def run_batch(
     dtype,
     on_round: Callable[[int], None] | None = None,
     vectorise: bool = True,
+    store=None,
+    store_name: str = "batch-0",
+    on_bad_value: str = "stop",
 ) -> SeedResults:
     """Run all rounds for a batch of seeds.
 
@@ -184,6 +212,16 @@ def run_batch(
             the round is jitted as it is, which lets a method's ``learn``
             contain collective communication (the MPI backend), which has no
             batching rule.
+        store: a :class:`pacd_jax.checkpoint.Store`: the state is saved as
+            ``store_name`` after the initial design and after every round, and
+            loaded from there when the store resumes (the run continues with
+            the first round not yet done; keys derive from the round index, so
+            the result is the uninterrupted run's, bit for bit).
+        on_bad_value: ``"stop"``: a NaN/inf observation raises
+            :class:`NonFiniteObjectiveError` (the last complete round is
+            already saved in ``store``); ``"skip"``: the value is dropped (not
+            appended to the client's buffer) and recorded in ``skipped``. A bad
+            value in the initial design always stops.
     """
     seed_arr = jnp.asarray(seeds, jnp.int32)
     if vectorise:
@@ -198,15 +236,51 @@ def run_batch(
         round_fn = jax.jit(lambda st, t, s, p: bo_round(problem, method, st, t, s[0], p))
         batch = lambda a: np.asarray(a)[None]
 
+    if on_bad_value not in ("stop", "skip"):
+        raise ValueError(f"on_bad_value must be 'stop' or 'skip', got {on_bad_value!r}")
     ids = np.asarray(problem.ids)
-    state = init(seed_arr, params)
-    _check_finite(batch(state.buffers.y[..., : problem.init_points]), list(seeds), ids, "in the initial design")
-    for t in range(problem.iters):
+    start, skipped = 0, []
+    # on resume only the state's structure is needed: eval_shape runs no objective evaluation
+    loaded = store.load(store_name, jax.eval_shape(init, seed_arr, params)) if store is not None else None
+    if loaded is not None:
+        state, start, extra = loaded
+        skipped = [tuple(v) for v in extra.get("skipped", [])]
+        if extra.get("seeds", list(seeds)) != list(seeds):
+            raise ValueError(f"checkpoint {store_name!r} holds seeds {extra.get('seeds')}, this run {list(seeds)}")
+    else:
+        state = init(seed_arr, params)
+        _check_finite(batch(state.buffers.y[..., : problem.init_points]), list(seeds), ids, "in the initial design")
+        if store is not None:
+            store.save(store_name, state, 0, {"seeds": list(seeds), "skipped": []})
+    for t in range(start, problem.iters):
         state, (_, y) = round_fn(state, jnp.asarray(t, jnp.int32), seed_arr, params)
-        _check_finite(batch(y), list(seeds), ids, f"at round {t}")
+        y_host = batch(y)
+        jax.effects_barrier()
+        coordinator.raise_bad_gradients(ids)
+        bad = ~np.isfinite(np.asarray(y_host))
+        if bad.any() and on_bad_value == "skip":
+            state = _drop_values(state, bad, vectorise)
+            skipped += [(int(s), int(i), t) for s, i in np.argwhere(bad)]
+        elif bad.any():
+            try:
+                _check_finite(y_host, list(seeds), ids, f"at round {t}")
+            except NonFiniteObjectiveError as exc:
+                if store is not None:
+                    raise NonFiniteObjectiveError(
+                        f"{exc}; rounds 0..{t - 1} are saved in {str(store.directory)!r} (resume with --resume, "
+                        f"e.g. with --on-bad-value skip)" if t > 0 else f"{exc}; the initial design is saved in {str(store.directory)!r}"
+                    ) from None
+                raise
+        if store is not None:
+            store.save(store_name, state, t + 1, {"seeds": list(seeds), "skipped": [list(v) for v in skipped]})
         if on_round is not None:
             on_round(t)
     X = batch(problem.to_original(state.buffers.X))
     return SeedResults(
-        list(seeds), np.asarray(X, np.float64), np.asarray(batch(state.buffers.y), np.float64), np.asarray(batch(state.f), np.float64)
+        list(seeds),
+        np.asarray(X, np.float64),
+        np.asarray(batch(state.buffers.y), np.float64),
+        np.asarray(batch(state.f), np.float64),
+        np.asarray(batch(state.buffers.count)),
+        skipped,
     )

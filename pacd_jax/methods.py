@@ -117,7 +117,6 @@ def pacd(config: RunConfig, dim: int) -> Method:
 
     def step(s, buffers, round_idx, step_idx, dp_keys=None):
         """One SVGD step; returns the new state and the ``(N, K, P)`` messages as sent."""
-        del round_idx
         beta = buffers.count[0].astype(buffers.X.dtype)  # beta = m, the same for every client
         # every client computes its K gradients on its own data (eq. 6), privatised
         # there when DP is on (eq. 12-13) ...
@@ -125,6 +124,7 @@ def pacd(config: RunConfig, dim: int) -> Method:
         grads = jax.vmap(client.local_gradients, (None, None, 0, None, 0 if privacy.enabled else None))(
             learner.model, s.particles, buffers, privacy, step_keys
         )
+        coordinator.validate_gradients(grads, buffers.X.shape[0], s.particles, round_idx, step_idx)
         # ... and the coordinator aggregates them and moves the particles (eq. 7)
         return learner.coordinator_update(s, grads, beta), grads
 

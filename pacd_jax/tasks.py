@@ -665,6 +665,8 @@ def make(name: str, num_clients: int = 5, seed: int = 0) -> TaskFamily:
     Raises:
         ValueError: unknown name or invalid ``num_clients``/``seed``.
     """
+    if not isinstance(name, str):
+        raise TypeError(f"the task family name must be a string, got {name!r}")
     if name not in _REGISTRY:
         raise ValueError(f"unknown task family {name!r}; known families: {', '.join(_REGISTRY)}")
     if not _is_int(num_clients) or num_clients < 1:

@@ -127,3 +127,67 @@ def failing_on_rank_2(num_clients, seed):
 
 def nan_on_client_1_after_design(num_clients, seed):
     return NaNOffDesign(num_clients, seed)
+
+
+class SlowShifted(Shifted):
+    """An 'expensive experiment': every evaluation waits ``delay`` seconds on the host."""
+
+    name = "slow-shifted"
+    delay = 0.15
+
+    def evaluate(self, i, x):
+        import time
+
+        import jax
+
+        def wait(v):
+            import os
+
+            time.sleep(self.delay)
+            log = os.environ.get("PACD_TEST_EVAL_LOG")
+            if log:  # count the evaluations a process makes
+                with open(f"{log}-{os.getpid()}", "a") as fh:
+                    fh.write("1\n")
+            return v
+
+        x = jnp.asarray(x)
+        x = jax.pure_callback(wait, jax.ShapeDtypeStruct(x.shape, x.dtype), x, vmap_method="sequential")
+        return super().evaluate(i, x)
+
+
+def slow_factory(num_clients, seed):
+    return SlowShifted(num_clients, seed)
+
+
+def slow_recording_pid(num_clients, seed):
+    """``slow_factory`` that writes this process's pid to ``$PACD_TEST_MARKS/pid-rank-<r>`` (fault tests)."""
+    import os
+    from pathlib import Path
+
+    mark_dir = os.environ.get("PACD_TEST_MARKS")
+    if mark_dir:
+        Path(mark_dir, f"pid-rank-{_rank()}").write_text(str(os.getpid()))
+    return SlowShifted(num_clients, seed)
+
+
+class Offset(Shifted):
+    """Client 1's values are offset by +1000 (finite, but easy to tell apart)."""
+
+    name = "offset"
+
+    def evaluate(self, i, x):
+        return super().evaluate(i, x) + (1000.0 if i == 1 else 0.0)
+
+
+def offset_factory(num_clients, seed):
+    return Offset(num_clients, seed)
+
+
+def nan_gradients_on_rank_2(num_clients, seed):
+    """A misbehaving client: in rank 2's process (client 1) every gradient message is NaN."""
+    if _rank() == "2":
+        import pacd_jax.client as client_module
+
+        original = client_module.local_gradients
+        client_module.local_gradients = lambda model, particles, buf: original(model, particles, buf) * jnp.nan
+    return Shifted(num_clients, seed)

@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pacd_jax import client, experiment, loop, methods, tasks
+from pacd_jax import client, coordinator, experiment, loop, methods, tasks
 from pacd_jax.config import RunConfig
 from pacd_jax.distributed.channel import COORDINATOR, Channel, CommLog
 from pacd_jax.methods import Method
@@ -122,6 +122,7 @@ def coordinator_round_fn(
             s, seen = carry
             channel.broadcast(s.particles, round_idx, j)
             grads = channel.collect(jnp.zeros_like(s.particles), round_idx, j)
+            coordinator.validate_gradients(grads, config.num_clients, s.particles, round_idx, j)
             if target is not None:
                 seen = (s.particles, grads[target])
             return learner.coordinator_update(s, grads, beta), seen
@@ -158,7 +159,7 @@ def _client_problem(fam: tasks.TaskFamily, client_id: int, config: RunConfig):
     return problem, own
 
 
-def _run_client(config: RunConfig, channel: Channel, task_factory, dtype) -> None:
+def _run_client(config: RunConfig, channel: Channel, task_factory, dtype, store=None) -> None:
     comm = channel.comm
     client_id = channel.rank - 1
     fams = experiment.build_families(config, task_factory)
@@ -166,15 +167,19 @@ def _run_client(config: RunConfig, channel: Channel, task_factory, dtype) -> Non
     f_stars = [float(fam.optimum(client_id)[1]) for fam in fams]
     comm.send(_manifest(fams[0], problems[0][0]), dest=COORDINATOR, tag=_TAG_MANIFEST)
     method = client_method(config, problems[0][0].dim, channel)
-    for seed, (problem, params), f_star in zip(config.seeds, problems, f_stars):
-        res = loop.run_batch(problem, method, [seed], params, False, dtype, vectorise=False)
+    for k, (seed, (problem, params), f_star) in enumerate(zip(config.seeds, problems, f_stars)):
+        if store is not None and store.done_seed(k):
+            continue  # finished before the checkpoint; rank 0 holds its summary
+        res = loop.run_batch(problem, method, [seed], params, False, dtype, vectorise=False,
+                             store=store.for_seed(k) if store is not None else None, on_bad_value=config.on_bad_value)
         summary = experiment.client_summary(
-            client_id, res.X[0, 0], res.y[0, 0], res.f[0, 0], f_star, problem.init_points, share=config.share_results
+            client_id, res.X[0, 0], res.y[0, 0], res.f[0, 0], f_star, problem.init_points, share=config.share_results,
+            skipped_rounds=experiment._skips(config, [(i, t) for _, i, t in res.skipped], 0),
         )
         comm.send(summary, dest=COORDINATOR, tag=_TAG_SUMMARY)
 
 
-def _run_coordinator(config: RunConfig, channel: Channel, on_round, dtype, intercept=None) -> dict:
+def _run_coordinator(config: RunConfig, channel: Channel, on_round, dtype, intercept=None, store=None) -> dict:
     comm = channel.comm
     start = time.perf_counter()
     manifests = [comm.recv(source=r, tag=_TAG_MANIFEST) for r in range(1, channel.size)]
@@ -191,18 +196,36 @@ def _run_coordinator(config: RunConfig, channel: Channel, on_round, dtype, inter
     records = []
 
     seed_clients, done, total = [], 0, config.iters * len(config.seeds)
-    for seed in config.seeds:
+    if store is not None and store.position is not None:
+        # the clients' published summaries of the seeds finished before the checkpoint
+        seed_clients = [(s, c) for s, c in store.published_summaries()]
+        done = config.iters * len(seed_clients)
+    for k, seed in enumerate(config.seeds):
+        if store is not None and store.done_seed(k):
+            continue
         if channel.log is not None:
             channel.log.seed = seed
         if round_fn is not None:
             state = learner.init(jnp.asarray(seed, jnp.int32), dtype)
-            for t in range(config.iters):
+            start_round = 0
+            if store is not None:
+                loaded = store.load(k, state)
+                if loaded is not None:
+                    state, start_round, _ = loaded
+                    done += start_round
+                else:
+                    store.save(k, state, 0, {"summaries": seed_clients})
+            for t in range(start_round, config.iters):
                 state = round_fn(state, jnp.asarray(t, jnp.int32))
                 if target is not None:
                     state, (seen_particles, seen_grads) = state
                     if t in intercept[0].rounds and seed == config.seeds[0]:
                         records.append(_record(t, target, first, seen_particles, seen_grads))
                 jax.block_until_ready(state.particles)
+                jax.effects_barrier()
+                coordinator.raise_bad_gradients(range(config.num_clients))
+                if store is not None:
+                    store.save(k, state, t + 1, {"summaries": seed_clients})
                 done += 1
                 if on_round is not None:
                     on_round(done, total)
@@ -236,6 +259,18 @@ def _record(t, target, manifest, particles, grads):
     )
 
 
+def _rank_store(config: RunConfig, directory, resume: bool, rank: int, channel: Channel):
+    """This rank's checkpoint store, with the resume position agreed by all ranks (collective)."""
+    if directory is None:
+        return None
+    from pacd_jax import checkpoint
+    from pacd_jax.distributed.resume import RankStore
+
+    store = RankStore(directory, checkpoint.config_hash(config, {"role": "mpi"}), resume, rank, config.iters)
+    store.agree(channel.comm)
+    return store
+
+
 def _log_host_messages(channel: Channel, kind: str, objs, senders) -> None:
     """Record the host-level (pickled) messages: manifests and end-of-run summaries."""
     if channel.log is None:
@@ -252,6 +287,8 @@ def run(
     comm_log: str | None = None,
     comm=None,
     intercept=None,
+    checkpoint: str | None = None,
+    resume: bool = False,
 ) -> dict | None:
     """Run ``config`` across MPI ranks; returns the run.json document on rank 0, None elsewhere.
 
@@ -270,6 +307,11 @@ def run(
         intercept: ``(InterceptSpec, path)``: the coordinator records the
             target's messages at the spec's rounds (first seed) and writes them
             to ``path`` (see :mod:`pacd_jax.intercept`); rank 0 only reads it.
+
+
+        checkpoint, resume: each rank saves its own state in this folder after
+            every round and resumes from the latest round all ranks hold
+            (:mod:`pacd_jax.distributed.resume`).
     """
     from mpi4py import MPI
 
@@ -284,18 +326,22 @@ def run(
     log = CommLog() if comm_log is not None and rank == COORDINATOR else None
     channel = Channel(world.Clone(), config.transport, log)
     x64 = jax.enable_x64(True) if config.x64 else contextlib.nullcontext()
+    if checkpoint is not None and config.method == "independent":
+        raise ValueError("--checkpoint with --backend mpi needs a communicating method (pacd or pacoh); "
+                         "run the independent baseline with --backend vmap")
     try:
         with x64:
             dtype = jnp.result_type(float)
+            store = _rank_store(config, checkpoint, resume, rank, channel)
             if rank == COORDINATOR:
                 if intercept is not None:
                     intercept[0].check(config)
-                doc = _run_coordinator(config, channel, on_round, dtype, intercept)
+                doc = _run_coordinator(config, channel, on_round, dtype, intercept, store)
                 if log is not None:
                     log.write(comm_log)
                     doc["comm_log"] = {"path": str(comm_log), "messages": len(log.entries), **log.totals()}
                 return doc
-            _run_client(config, channel, task_factory, dtype)
+            _run_client(config, channel, task_factory, dtype, store)
             return None
     except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
         message = str(exc) or type(exc).__name__
