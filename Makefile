@@ -28,10 +28,12 @@ run: $(STAMP)
 	$(BIN)/pacd-bo run --benchmark branin --method pacd --clients 5 --seeds 1 \
 	    --iters $(RUN_ITERS) --out $(RUN_OUT)
 
-# The suite, then the rank-level channel tests inside MPI jobs of 2, 3 and 6
-# ranks (each rank runs pytest; a hang is cut off by the timeout).
+# The suite (two pytest-xdist workers: most tests wait on compiles and MPI
+# subprocesses, so two workers keep both cores busy), then the rank-level
+# channel tests inside MPI jobs of 2, 3 and 6 ranks (each rank runs pytest; a
+# hang is cut off by the timeout).
 test: $(STAMP)
-	PATH=$(BIN):$$PATH $(BIN)/python -m pytest -q
+	PATH=$(BIN):$$PATH $(BIN)/python -m pytest -q -n 2
 	for n in 2 3 6; do \
 	    PATH=$(BIN):$$PATH timeout 300 $(BIN)/mpiexec -n $$n $(BIN)/python -m pytest -q -p no:cacheprovider tests/mpi || exit 1; \
 	done

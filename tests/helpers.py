@@ -189,5 +189,5 @@ def nan_gradients_on_rank_2(num_clients, seed):
         import pacd_jax.client as client_module
 
         original = client_module.local_gradients
-        client_module.local_gradients = lambda model, particles, buf: original(model, particles, buf) * jnp.nan
+        client_module.local_gradients = lambda model, particles, buf, *dp: original(model, particles, buf, *dp) * jnp.nan
     return Shifted(num_clients, seed)
