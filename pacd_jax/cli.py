@@ -396,6 +396,7 @@ COMMANDS = {
     "info": cmd_info,
     "epsilon": _privacy_command("epsilon"),
     "gradnorms": _privacy_command("gradnorms"),
+    "privacy": _privacy_command("privacy"),
     "table": cmd_table,
     "attack": cmd_attack,
 }

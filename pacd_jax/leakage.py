@@ -89,6 +89,7 @@ def run_leakage(
     attack_config: attack.AttackConfig,
     task_factory=None,
     on_round=None,
+    on_run=None,
 ) -> dict:
     """Run, intercept and attack; returns the ``attack.json`` document for one seed.
 
@@ -96,6 +97,8 @@ def run_leakage(
         config: the PACD-BO run (``config.seeds[0]`` is the seed; DP options as configured).
         target: the target client id; rounds: 0-based rounds to attack.
         on_round: ``on_round(entry)`` after each attacked round (progress).
+        on_run: ``on_run(results)`` with the run's :class:`pacd_jax.loop.SeedResults`
+            once the run is done, before any attack (the regret of the very run attacked).
     """
     spec = intercept.InterceptSpec(int(target), tuple(int(t) for t in rounds))
     spec.check(config)
@@ -103,8 +106,10 @@ def run_leakage(
     ctx = jax.enable_x64(True) if config.x64 else contextlib.nullcontext()
     start = time.perf_counter()
     with ctx:
-        records, truths, _ = intercept.run_vmap(config, spec, task_factory)
+        records, truths, results = intercept.run_vmap(config, spec, task_factory)
     run_time = time.perf_counter() - start
+    if on_run is not None:
+        on_run(results)
     model = methods.meta_gp(config, int(records[0].bounds.shape[0]))
     rng = np.random.default_rng(seed)
     out = []

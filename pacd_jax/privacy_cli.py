@@ -1,4 +1,6 @@
-"""``pacd-bo epsilon`` and ``pacd-bo gradnorms``: the privacy commands' parsers and logic.
+"""``pacd-bo epsilon``, ``pacd-bo gradnorms`` and ``pacd-bo privacy``: the privacy commands' parsers and logic.
+
+``privacy`` (the sigma sweep) lives in :mod:`pacd_jax.privacy_sweep`.
 
 ``cli.py`` only registers them (:func:`add_parsers`, :data:`COMMANDS`).
 """
@@ -73,6 +75,10 @@ def add_parsers(sub) -> None:
     gn.add_argument("--x64", action="store_true")
     gn.add_argument("--out", required=True, metavar="DIR")
 
+    from pacd_jax import privacy_sweep
+
+    privacy_sweep.add_parser(sub)
+
 
 def cmd_epsilon(args) -> int:
     from pacd_jax import accounting
@@ -146,4 +152,10 @@ def cmd_gradnorms(args) -> int:
     return 0
 
 
-COMMANDS = {"epsilon": cmd_epsilon, "gradnorms": cmd_gradnorms}
+def cmd_privacy(args) -> int:
+    from pacd_jax import privacy_sweep
+
+    return privacy_sweep.cmd_privacy(args)
+
+
+COMMANDS = {"epsilon": cmd_epsilon, "gradnorms": cmd_gradnorms, "privacy": cmd_privacy}

@@ -1,0 +1,549 @@
+"""``pacd-bo privacy``: the sigma sweep of paper section VI (Figure 4 right, Figure 5, the sigma table).
+
+For every noise multiplier sigma and seed, one PACD-BO run with DP at that
+sigma (paper eq. 12-13) is intercepted and attacked at the chosen rounds by
+:func:`pacd_jax.leakage.run_leakage` (the same pipeline as ``pacd-bo
+attack``), and the regret curve of that very run is kept. Per sigma the sweep
+adds the privacy bought (epsilon at delta = 1e-5 of one client's run, PLD and
+RDP, :mod:`pacd_jax.accounting`) and aggregates over seeds.
+
+The no-information baseline *band* of an attacked round is the 5-95 %
+quantile range of each score over :data:`BAND_DRAWS` uniform guesses with as
+many points as the target has (:func:`guess_band`); a reconstruction whose
+matched RMSE lies below the band's lower end beats guessing (leakage).
+
+Outputs (DIR): ``privacy.json`` (:func:`sweep_document`), ``privacy_sweep.png``
+(Figure 4 right), ``dp_regret.png`` (Figure 5), ``privacy.md`` (the table),
+and ``cells/sigma=S_seed=N.json``, one finished (sigma, seed) cell each: a
+rerun with the same options skips every cell whose file holds the same key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+DELTA = 1e-5
+#: uniform guesses per attacked round for the baseline band.
+BAND_DRAWS = 200
+#: the band's quantiles.
+BAND_Q = (0.05, 0.95)
+#: the set scores the sweep aggregates (and draws in Figure 4 right).
+SCORES = ("dispersion", "matched_rmse", "chamfer", "recall_at_r", "precision_at_r")
+#: cell-file format version (part of the key: a change makes old cells stale).
+CELL_VERSION = 1
+FLOOR = 1e-6  # regret 0 drawn at this height on log axes
+
+
+# -- pure pieces ------------------------------------------------------------------------
+
+
+def epsilon_entry(config) -> dict:
+    """epsilon at ``DELTA`` of one client's run of ``config`` (PLD and RDP); sigma = 0 is ``"inf"``.
+
+    JSON has no infinity, so "no DP" is written as the string ``"inf"``
+    (``float("inf")`` reads it back). Same accounting as ``run.json``
+    (:func:`pacd_jax.experiment.privacy_record`: ``K * total_steps`` Gaussian releases).
+    """
+    from pacd_jax import accounting, experiment
+
+    steps = accounting.total_steps(config.svgd_steps, config.iters, config.svgd_steps_init)
+    rec = experiment.privacy_record(config, DELTA)
+    if rec is None:
+        return {"pld": "inf", "rdp": "inf", "accountant": None, "delta": DELTA, "particles": config.num_particles,
+                "total_steps": steps, "compositions": config.num_particles * steps}
+    return {"pld": rec["epsilon"], "rdp": rec["epsilon_rdp"], "accountant": rec["accountant"], "delta": DELTA,
+            "particles": rec["particles"], "total_steps": rec["total_steps"], "compositions": rec["compositions"]}
+
+
+def guess_band(X_true, rng: np.random.Generator, draws: int = BAND_DRAWS, q=BAND_Q) -> dict:
+    """Quantiles ``q`` of each set score of ``draws`` uniform guesses (as many points as ``X_true``).
+
+    Returns ``{score: [lo, hi]}`` for :data:`SCORES`: the no-information band.
+    """
+    from pacd_jax import metrics
+
+    X_true = np.asarray(X_true, np.float64)
+    n, d = X_true.shape
+    vals = {k: [] for k in SCORES}
+    for _ in range(draws):
+        s = metrics.reconstruction_scores(rng.uniform(size=(n, d)), X_true)
+        for k in SCORES:
+            vals[k].append(s[k])
+    return {k: [float(np.quantile(v, q[0])), float(np.quantile(v, q[1]))] for k, v in vals.items()}
+
+
+def _stats(values) -> dict | None:
+    """mean, population std, min, max over seeds of the finite values (None if there are none)."""
+    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], np.float64)
+    if v.size == 0:
+        return None
+    return {"mean": float(v.mean()), "std": float(v.std()), "min": float(v.min()), "max": float(v.max()), "n": int(v.size)}
+
+
+def verdict(rmse: float | None, band: list[float]) -> str:
+    """``below`` (beats guessing: leakage), ``within`` or ``above`` the band; ``error`` without a score."""
+    if rmse is None:
+        return "error"
+    if rmse < band[0]:
+        return "below"
+    return "within" if rmse <= band[1] else "above"
+
+
+def aggregate(cells: list[dict], rounds) -> dict:
+    """One sigma's entry of ``privacy.json``'s ``sigmas`` from its per-seed cells."""
+    finals = [c["final_regret"] for c in cells]
+    aucs = [c["auc"] for c in cells]
+    curves = np.asarray([c["regret_curve"] for c in cells], np.float64)  # (S, T+1), client-averaged
+    attack = {}
+    for t in rounds:
+        entries = [next(e for e in c["rounds"] if e["round"] == t) for c in cells]
+        agg = {k: _stats([e.get(k) for e in entries]) for k in (*SCORES, "rmse_ratio", "loss")}
+        agg["baseline"] = {k: _stats([e["baseline"].get(k) for e in entries]) for k in SCORES}
+        agg["band"] = {k: [float(np.mean([e["band"][k][0] for e in entries])), float(np.mean([e["band"][k][1] for e in entries]))]
+                       for k in SCORES}
+        agg["true_dispersion"] = _stats([e["true_dispersion"] for e in entries])
+        agg["verdicts"] = [e["verdict"] for e in entries]
+        agg["m"] = entries[0]["m"]
+        attack[str(t)] = agg
+    return {
+        "regret": {
+            "final_regret": _stats(finals),
+            "auc": _stats(aucs),
+            "curve_mean": curves.mean(axis=0).tolist(),
+            "curve_std": curves.std(axis=0).tolist(),
+        },
+        "attack": attack,
+        "within_band_every_round": all(v == "within" for a in attack.values() for v in a["verdicts"]),
+        "below_band_every_round": all(v == "below" for a in attack.values() for v in a["verdicts"]),
+        "below_band_any": any(v == "below" for a in attack.values() for v in a["verdicts"]),
+    }
+
+
+# -- one (sigma, seed) cell -------------------------------------------------------------
+
+
+def cell_key(config, target: int, rounds, attack_config) -> dict:
+    """What makes a finished cell reusable: the run, the target, the rounds, the attacker, the format."""
+    import dataclasses
+
+    key = {"version": CELL_VERSION, "config": config.to_dict(), "target": int(target), "rounds": [int(t) for t in rounds],
+           "attack": dataclasses.asdict(attack_config), "band": {"draws": BAND_DRAWS, "q": list(BAND_Q)}}
+    return json.loads(json.dumps(key))  # tuples -> lists, as read back from the file
+
+
+def run_cell(config, target: int, rounds, attack_config, task_factory=None, on_step=None) -> dict:
+    """Run, intercept and attack one seed at one sigma (``config.seeds == (seed,)``); the cell's result.
+
+    ``on_step()`` is called once when the run is done and once per attacked round.
+    """
+    from pacd_jax import experiment, leakage, loop
+
+    box = {}
+
+    def on_run(results):
+        box["results"] = results
+        if on_step is not None:
+            on_step()
+
+    start = time.perf_counter()
+    doc = leakage.run_leakage(config, target, rounds, attack_config, task_factory,
+                              on_round=(lambda e: on_step()) if on_step is not None else None, on_run=on_run)
+    res = box["results"]
+    (fam,) = experiment.build_families(config, task_factory)
+    problem, _ = loop.problem_from_family(fam, config.iters, config.init_points, config.noise_std)
+    clients = [
+        experiment.client_summary(i, res.X[0, i], res.y[0, i], res.f[0, i], fam.optimum(i)[1], problem.init_points, share=False)
+        for i in range(config.num_clients)
+    ]
+    seed = config.seeds[0]
+    entries = []
+    for e in doc["rounds"]:
+        band = guess_band(e["X_true"], np.random.default_rng([seed, e["round"], 7]))
+        rmse = e.get("matched_rmse")
+        entries.append({**e, "band": band, "verdict": verdict(rmse, band["matched_rmse"])})
+    curve = np.mean([c["regret"] for c in clients], axis=0)
+    return {
+        "seed": int(seed),
+        "sigma": float(config.dp_sigma),
+        "final_regret": float(np.mean([c["final_regret"] for c in clients])),
+        "auc": float(np.mean([c["auc"] for c in clients])),
+        "regret_curve": curve.tolist(),
+        "clients": [{k: c[k] for k in ("client", "regret", "final_regret", "auc")} for c in clients],
+        "rounds": entries,
+        "run_time_s": doc["run_time_s"],
+        "wall_time_s": time.perf_counter() - start,
+    }
+
+
+def _cell_path(out: Path, sigma: float, seed: int) -> Path:
+    return out / "cells" / f"sigma={sigma:g}_seed={seed}.json"
+
+
+def load_cell(path: Path, key: dict) -> dict | None:
+    """The cached result at ``path`` if its key equals ``key`` (else None: rerun it)."""
+    from pacd_jax import io
+
+    try:
+        doc = io.read_json(path)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("key") != key:
+        return None
+    return doc.get("result")
+
+
+# -- the sweep --------------------------------------------------------------------------
+
+
+def sweep(base, sigmas, seeds, target: int, rounds, attack_config, out, operating_sigma: float,
+          task_factory=None, quiet: bool = False, meta: dict | None = None, log=print) -> dict:
+    """Run every (sigma, seed) cell not already finished in ``out/cells``; write every output; the document."""
+    from tqdm.auto import tqdm
+
+    from pacd_jax import io
+
+    out = Path(out)
+    start = time.perf_counter()
+    per_cell = 1 + len(rounds)
+    bar = tqdm(total=len(sigmas) * len(seeds) * per_cell, unit="step", disable=quiet or not sys.stderr.isatty(), leave=False)
+    cells: dict[float, list[dict]] = {}
+    reused = 0
+    for sigma in sigmas:
+        for seed in seeds:
+            config = base.replace(dp_sigma=float(sigma), seeds=(int(seed),))
+            key = cell_key(config, target, rounds, attack_config)
+            path = _cell_path(out, sigma, seed)
+            result = load_cell(path, key)
+            if result is None:
+                bar.set_description(f"sigma={sigma:g} seed={seed}")
+                result = run_cell(config, target, rounds, attack_config, task_factory, on_step=lambda: bar.update(1))
+                io.write_json(path, {"key": key, "result": result})
+                if not quiet:
+                    ratios = " ".join(f"t={e['round']}:{e['rmse_ratio']:.2f}" if e.get("rmse_ratio") is not None else f"t={e['round']}:err"
+                                      for e in result["rounds"])
+                    log(f"sigma {sigma:g} seed {seed}: final regret {result['final_regret']:.4f}  AUC {result['auc']:.3f}  "
+                        f"RMSE ratio {ratios}  ({result['wall_time_s']:.0f} s)")
+            else:
+                reused += 1
+                bar.update(per_cell)
+            cells.setdefault(float(sigma), []).append(result)
+    bar.close()
+    doc = sweep_document(base, sigmas, seeds, target, rounds, attack_config, operating_sigma, cells, meta or {})
+    doc["meta"]["wall_time_s"] = time.perf_counter() - start
+    doc["meta"]["cells_reused"] = reused
+    io.write_json(out / "privacy.json", doc)
+    plot_sweep(doc, out / "privacy_sweep.png")
+    plot_regret(doc, out / "dp_regret.png")
+    with io.atomic_path(out / "privacy.md") as tmp:
+        tmp.write_text(table(doc) + "\n")
+    return doc
+
+
+def sweep_document(base, sigmas, seeds, target, rounds, attack_config, operating_sigma, cells, meta) -> dict:
+    """``privacy.json``: options, provenance, and per sigma epsilon, regret, attack scores and bands."""
+    import dataclasses
+
+    out = {}
+    for sigma in sigmas:
+        config = base.replace(dp_sigma=float(sigma))
+        entry = {"sigma": float(sigma), "noise_std": 2.0 * float(sigma) * base.dp_clip, "epsilon": epsilon_entry(config)}
+        entry.update(aggregate(cells[float(sigma)], rounds))
+        entry["per_seed"] = cells[float(sigma)]
+        out[f"{float(sigma):g}"] = entry
+    return {
+        "benchmark": base.benchmark,
+        "target_client": int(target),
+        "sigmas": out,
+        "sigma_list": [float(s) for s in sigmas],
+        "seeds": [int(s) for s in seeds],
+        "rounds": [int(t) for t in rounds],
+        "clip": base.dp_clip,
+        "operating_sigma": float(operating_sigma),
+        "delta": DELTA,
+        "band": {"kind": "uniform guesses", "draws": BAND_DRAWS, "quantiles": list(BAND_Q)},
+        "attack": {**dataclasses.asdict(attack_config), "precision": "float64"},
+        "config": base.to_dict(),
+        "meta": dict(meta),
+    }
+
+
+# -- outputs ----------------------------------------------------------------------------
+
+
+def _fmt_eps(e) -> str:
+    return "∞ (no DP)" if e == "inf" else f"{e:.1f}"
+
+
+def _pm(s, fmt=".3f") -> str:
+    return "–" if s is None else f"{s['mean']:{fmt}} ± {s['std']:{fmt}}"
+
+
+def table(doc: dict) -> str:
+    """The markdown table: sigma -> epsilon, final regret, AUC, matched-RMSE ratio per attacked round."""
+    rounds = doc["rounds"]
+    head = ["sigma", "noise std 2σC", "ε PLD", "ε RDP", "final regret", "AUC"]
+    head += [f"RMSE ratio t={t}" for t in rounds] + ["attack vs band (below/within/above)"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key in sorted(doc["sigmas"], key=float):
+        e = doc["sigmas"][key]
+        r = e["regret"]
+        verdicts = [v for t in rounds for v in e["attack"][str(t)]["verdicts"]]
+        counts = "/".join(str(verdicts.count(v)) for v in ("below", "within", "above"))
+        cols = [f"{e['sigma']:g}", f"{e['noise_std']:.3g}", _fmt_eps(e["epsilon"]["pld"]), _fmt_eps(e["epsilon"]["rdp"]),
+                _pm(r["final_regret"], ".4f"), _pm(r["auc"])]
+        cols += [_pm(e["attack"][str(t)]["rmse_ratio"], ".2f") for t in rounds] + [counts]
+        rows.append("| " + " | ".join(cols) + " |")
+    c = doc["config"]
+    m = doc["meta"]
+    a = doc["attack"]
+    rows.append("")
+    rows.append(
+        f"{doc['benchmark']}, {c['num_clients']} clients, target client {doc['target_client']}, seeds {doc['seeds']}, "
+        f"{c['iters']} rounds, K = {c['num_particles']}, C = {doc['clip']:g}; ε at δ = {doc['delta']:g} of one client's run. "
+        f"Attack: {a['restarts']} restarts x {a['steps']} L-BFGS steps, init {a['init']}, "
+        f"{'y known' if not a['learn_y'] else 'y optimised'}{', box' if a['bounded'] else ''}{', cosine' if a['cosine'] else ''}. "
+        f"RMSE ratio = matched RMSE / a uniform guess's (mean ± std over seeds; < 1 beats guessing); "
+        f"band = {int(100 * doc['band']['quantiles'][0])}-{int(100 * doc['band']['quantiles'][1])} % of the guesses' matched RMSE; "
+        f"the last column counts (seed, round) attacks below / within / above it."
+    )
+    if m.get("command"):
+        rows.append("")
+        rows.append(f"Generated by `{m['command']}` at commit `{m.get('commit')}` on {m.get('machine')} "
+                    f"({m.get('wall_time_s', 0):.0f} s, {m.get('cells_reused', 0)} cells reused).")
+    return "\n".join(rows)
+
+
+def _sigma_axis(doc):
+    keys = sorted(doc["sigmas"], key=float)
+    sig = np.asarray([float(k) for k in keys])
+    pos = sig[sig > 0]
+    zero_at = pos.min() / 2 if pos.size else 0.5
+    return keys, sig, np.where(sig == 0, zero_at, sig)
+
+
+def plot_sweep(doc: dict, path) -> None:
+    """Figure 4 (right): dispersion and the set scores vs sigma, mean ± std over seeds, per attacked round, with the guess band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys, sig, x = _sigma_axis(doc)
+    titles = {"dispersion": "dispersion of the reconstruction", "matched_rmse": "matched RMSE", "chamfer": "Chamfer distance",
+              "recall_at_r": "recall@r", "precision_at_r": "precision@r"}
+    fig, axes = plt.subplots(1, len(SCORES), figsize=(4 * len(SCORES), 3.6))
+    for ax, score in zip(axes, SCORES):
+        for j, t in enumerate(doc["rounds"]):
+            color = f"C{j}"
+            a = [doc["sigmas"][k]["attack"][str(t)] for k in keys]
+            mean = np.asarray([np.nan if e[score] is None else e[score]["mean"] for e in a])
+            std = np.asarray([np.nan if e[score] is None else e[score]["std"] for e in a])
+            lo = np.asarray([e["band"][score][0] for e in a])
+            hi = np.asarray([e["band"][score][1] for e in a])
+            ax.fill_between(x, lo, hi, color=color, alpha=0.12, lw=0)
+            ax.errorbar(x, mean, std, marker="o", ms=4, capsize=3, color=color, label=f"attack, t={t}")
+            if score == "dispersion":
+                td = [np.nan if e["true_dispersion"] is None else e["true_dispersion"]["mean"] for e in a]
+                ax.plot(x, td, ls="--", color=color, lw=1, label=f"true queries, t={t}")
+        ax.set_xscale("log")
+        ax.set_xticks(x, ["0 (off)" if s == 0 else f"{s:g}" for s in sig], fontsize=7)
+        ax.set_xlabel("noise multiplier sigma")
+        ax.set_title(titles[score], fontsize=9)
+    axes[0].legend(fontsize=6)
+    q = doc["band"]["quantiles"]
+    fig.suptitle(f"{doc['benchmark']}: DLG on client {doc['target_client']} vs sigma (mean ± std over seeds {doc['seeds']}; "
+                 f"shaded: {int(100 * q[0])}-{int(100 * q[1])} % of uniform guesses)", fontsize=9)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def plot_regret(doc: dict, path) -> None:
+    """Figure 5: normalised regret and its running mean (AUC up to round t) vs round, without DP and at the operating sigma."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pacd_jax import metrics
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    op = doc["operating_sigma"]
+    series = [(0.0, "no DP", "C0"), (op, f"DP sigma={op:g}, C={doc['clip']:.3g}", "C3")]
+    for sigma, label, color in series:
+        e = doc["sigmas"].get(f"{sigma:g}")
+        if e is None:
+            continue
+        m = np.asarray(e["regret"]["curve_mean"])
+        s = np.asarray(e["regret"]["curve_std"])
+        t = np.arange(m.size)
+        eps = e["epsilon"]["pld"]
+        label = f"{label} (ε={'∞' if eps == 'inf' else f'{eps:.3g}'})"
+        axes[0].plot(t, np.maximum(m, FLOOR), color=color, label=label)
+        axes[0].fill_between(t, np.maximum(m - s, FLOOR), np.maximum(m + s, FLOOR), color=color, alpha=0.15)
+        curves = np.asarray([c["regret_curve"] for c in e["per_seed"]])
+        running = np.cumsum(curves[:, 1:], axis=1) / np.arange(1, curves.shape[1])
+        rm, rs = running.mean(axis=0), running.std(axis=0)
+        axes[1].plot(t[1:], rm, color=color, label=label)
+        axes[1].fill_between(t[1:], rm - rs, rm + rs, color=color, alpha=0.15)
+    w = metrics.auc_window(doc["config"]["iters"])
+    axes[1].axvline(w, color="gray", ls=":", lw=1, label=f"paper AUC window (first {w} rounds)")
+    axes[0].set_yscale("log")
+    axes[0].set_xlabel("BO round t")
+    axes[0].set_ylabel("normalised regret (client mean)")
+    axes[1].set_xlabel("BO round t")
+    axes[1].set_ylabel("mean regret over rounds 1..t (AUC)")
+    for ax in axes:
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{doc['benchmark']}: regret with and without DP (mean ± std over seeds {doc['seeds']})", fontsize=9)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def _save(fig, path) -> None:
+    import matplotlib.pyplot as plt
+
+    from pacd_jax import io
+
+    path = Path(path)
+    with io.atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+
+
+# -- command line -----------------------------------------------------------------------
+
+
+def _sigma_list(text: str) -> list[float]:
+    from pacd_jax.cli import _float
+
+    parts = [p for p in text.split(",") if p.strip() != ""]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"expected comma-separated sigmas, got {text!r}")
+    values = [_float(p) for p in parts]
+    bad = [v for v in values if v < 0]
+    if bad:
+        raise argparse.ArgumentTypeError(f"sigmas must be >= 0, got {bad}")
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"sigmas must be distinct, got {text!r}")
+    return values
+
+
+def _borrowed_groups(helpers) -> dict:
+    """The ``attack`` and ``run`` argument groups of ``pacd-bo attack``, so both commands take the same options.
+
+    Built from :func:`pacd_jax.attack_cli.add_parser` (argparse actions may be
+    shared between parsers, as ``parents=`` does), so a new attacker option
+    there appears here too.
+    """
+    from pacd_jax import attack_cli
+
+    tmp = argparse.ArgumentParser(add_help=False)
+    attack_cli.add_parser(tmp.add_subparsers(), helpers)
+    parser = tmp._subparsers._group_actions[0].choices["attack"]
+    return {g.title: g._group_actions for g in parser._action_groups}
+
+
+def add_parser(sub) -> None:
+    from pacd_jax.cli import _float, _int_list, _nonneg_int, _positive_int
+    from pacd_jax.config import RunConfig
+
+    d = RunConfig()
+    p = sub.add_parser(
+        "privacy",
+        help="sigma sweep: DP noise vs the DLG attack and vs regret (Figure 4 right, Figure 5, sigma table)",
+        description="For each sigma and seed run PACD-BO with DP, attack the target client's messages at the chosen rounds "
+        "(as pacd-bo attack), keep that run's regret; write DIR/privacy.json, privacy_sweep.png, dp_regret.png, privacy.md. "
+        "Finished (sigma, seed) cells in DIR/cells are reused when their options match.",
+    )
+    p.add_argument("--benchmark", default="branin", help="task family (default %(default)s)")
+    p.add_argument("--sigmas", type=_sigma_list, default=[0.0, 1.0, 2.0, 4.0, 8.0, 16.0], help="noise multipliers, 0 = no DP (default 0,1,2,4,8,16)")
+    p.add_argument("--seeds", type=_int_list, default=[0, 1], help="seeds, comma-separated (default 0,1)")
+    p.add_argument("--rounds", type=_int_list, default=[1, 20, 60, 99], help="0-based rounds to attack (default 1,20,60,99)")
+    p.add_argument("--iters", type=_positive_int, default=100, help="BO rounds T (default %(default)s)")
+    p.add_argument("--clients", type=_positive_int, default=d.num_clients, help="number of clients N (default %(default)s)")
+    p.add_argument("--target-client", type=_nonneg_int, default=0, help="client to attack (default %(default)s)")
+    p.add_argument("--clip", type=_float, default=d.dp_clip, help="DP clip norm C (paper eq. 12; default %(default)s; see pacd-bo gradnorms)")
+    p.add_argument("--operating-sigma", type=_float, default=8.0, help="the sigma drawn against no DP in dp_regret.png (default %(default)s)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or per-cell lines")
+    groups = _borrowed_groups({"positive_int": _positive_int, "nonneg_int": _nonneg_int, "int_list": _int_list, "float": _float})
+    for title in ("attack", "run (defaults as pacd-bo run)"):
+        g = p.add_argument_group(title)
+        for action in groups[title]:
+            g._add_action(action)
+    p.set_defaults(attack_dests=[a.dest for a in groups["attack"]])
+
+
+#: ``pacd-bo attack`` option (dest) -> AttackConfig field, where the names differ.
+_ATTACK_FIELDS = {"known_y": ("learn_y", lambda v: not v), "attack_init": ("init", None), "box": ("bounded", None),
+                  "attack_particles": ("particles", None)}
+
+
+def attack_config_from_args(args):
+    """The :class:`pacd_jax.attack.AttackConfig` of the attacker options (same meaning as in ``pacd-bo attack``)."""
+    import dataclasses
+
+    from pacd_jax import attack
+
+    fields = {f.name for f in dataclasses.fields(attack.AttackConfig)}
+    kw = {}
+    for dest in args.attack_dests:
+        value = getattr(args, dest)
+        if dest in _ATTACK_FIELDS:
+            name, fn = _ATTACK_FIELDS[dest]
+            kw[name] = fn(value) if fn else value
+        elif dest in fields:
+            kw[dest] = value
+        else:
+            raise ValueError(f"attacker option --{dest.replace('_', '-')} has no AttackConfig field (update privacy_sweep._ATTACK_FIELDS)")
+    return attack.AttackConfig(**kw)
+
+
+def cmd_privacy(args) -> int:
+    from pacd_jax import provenance, tasks
+    from pacd_jax.cli import UsageError
+    from pacd_jax.config import RunConfig
+
+    prog = "pacd-bo privacy"
+    if args.benchmark not in tasks.known_families():
+        raise UsageError(f"unknown benchmark {args.benchmark!r}; choose one of {', '.join(tasks.known_families())}", prog)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {str(out)!r} exists and is not a folder", prog)
+    if args.target_client >= args.clients:
+        raise UsageError(f"--target-client must be in [0, {args.clients - 1}], got {args.target_client}", prog)
+    bad = [t for t in args.rounds if not 0 <= t < args.iters]
+    if bad:
+        raise UsageError(f"--rounds must be in [0, {args.iters - 1}] (--iters {args.iters}), got {bad}", prog)
+    if len(set(args.rounds)) != len(args.rounds):
+        raise UsageError(f"--rounds must be distinct, got {args.rounds}", prog)
+    if any(s < 0 for s in args.seeds) or len(set(args.seeds)) != len(args.seeds):
+        raise UsageError(f"--seeds must be distinct non-negative integers, got {args.seeds}", prog)
+    if args.clip <= 0:
+        raise UsageError(f"--clip must be > 0, got {args.clip}", prog)
+    if args.operating_sigma not in args.sigmas:
+        raise UsageError(f"--operating-sigma {args.operating_sigma:g} must be one of --sigmas {','.join(f'{s:g}' for s in args.sigmas)}", prog)
+    base = RunConfig(
+        benchmark=args.benchmark, method="pacd", num_clients=args.clients, iters=args.iters, seeds=(args.seeds[0],),
+        x64=args.x64, num_particles=args.particles, hidden=tuple(args.hidden), svgd_steps=args.svgd_steps,
+        svgd_steps_init=args.svgd_steps_init, num_candidates=args.candidates, num_local=args.local_candidates,
+        num_refine=min(args.refine, args.candidates), refine_steps=args.refine_steps, dp_clip=args.clip,
+    )
+    attack_config = attack_config_from_args(args)
+    import shlex
+
+    meta = {"command": "pacd-bo " + shlex.join(getattr(args, "argv", sys.argv[1:])), "commit": provenance.commit(),
+            "machine": provenance.machine()}
+    doc = sweep(base, args.sigmas, args.seeds, args.target_client, sorted(args.rounds), attack_config, out,
+                args.operating_sigma, quiet=args.quiet, meta=meta)
+    if not args.quiet:
+        print(table(doc))
+        print(f"wrote {out / 'privacy.json'}, {out / 'privacy_sweep.png'}, {out / 'dp_regret.png'} and {out / 'privacy.md'}")
+    return 0
