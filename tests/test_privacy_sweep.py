@@ -1,0 +1,163 @@
+"""`pacd-bo privacy` (the sigma sweep) end to end on a tiny run, its accounting, resume and errors."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from pacd_jax import accounting, cli, privacy_sweep
+
+RUN = ["--benchmark", "branin", "--clients", "2", "--iters", "3", "--particles", "2", "--hidden", "4", "--svgd-steps", "2",
+       "--svgd-steps-init", "3", "--candidates", "16", "--local-candidates", "4", "--refine", "1", "--refine-steps", "1"]
+TINY = [*RUN, "--seeds", "0", "--rounds", "1,2", "--restarts", "1", "--steps", "4", "--clip", "2.5", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("privacy") / "sweep"
+    argv = ["privacy", *TINY, "--sigmas", "0,1.5", "--operating-sigma", "1.5", "--out", str(out)]
+    assert cli.main(argv) == 0
+    return out, argv, json.loads((out / "privacy.json").read_text())
+
+
+def test_writes_the_documented_files(sweep):
+    out, _, doc = sweep
+    assert set(doc["sigmas"]) == {"0", "1.5"}
+    assert doc["rounds"] == [1, 2] and doc["seeds"] == [0] and doc["clip"] == 2.5 and doc["operating_sigma"] == 1.5
+    assert {"command", "commit", "machine", "wall_time_s"} <= set(doc["meta"])
+    assert doc["meta"]["command"].startswith("pacd-bo privacy ")
+    for key, e in doc["sigmas"].items():
+        assert e["sigma"] == float(key) and e["noise_std"] == pytest.approx(2 * float(key) * 2.5)
+        r = e["regret"]
+        assert len(r["curve_mean"]) == 4 and r["curve_mean"][0] == 1.0
+        assert {"mean", "std", "min", "max"} <= set(r["final_regret"]) and {"mean", "std"} <= set(r["auc"])
+        (cell,) = e["per_seed"]
+        assert cell["seed"] == 0 and len(cell["clients"]) == 2
+        assert r["final_regret"]["mean"] == pytest.approx(np.mean([c["final_regret"] for c in cell["clients"]]))
+        for t in ("1", "2"):
+            a = e["attack"][t]
+            for score in (*privacy_sweep.SCORES, "rmse_ratio"):
+                assert set(a[score]) >= {"mean", "std"}
+            lo, hi = a["band"]["matched_rmse"]
+            assert 0 <= lo < hi <= math.sqrt(2)
+            # the leakage baseline (mean of uniform guesses) lies inside the 5-95 % band of the same kind of guess
+            assert lo <= a["baseline"]["matched_rmse"]["mean"] <= hi
+            (entry,) = [x for x in cell["rounds"] if x["round"] == int(t)]
+            assert a["rmse_ratio"]["mean"] == pytest.approx(entry["matched_rmse"] / entry["baseline"]["matched_rmse"])
+            assert a["verdicts"] == [privacy_sweep.verdict(entry["matched_rmse"], entry["band"]["matched_rmse"])]
+            assert a["m"] == entry["m"] == 5 + int(t)
+    md = (out / "privacy.md").read_text()
+    assert md.startswith("| sigma |") and "| 0 | 0 | ∞ (no DP) |" in md and "\n| 1.5 | 7.5 | " in md
+    for name in ("privacy_sweep.png", "dp_regret.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in (out / "cells").iterdir()) == ["sigma=0_seed=0.json", "sigma=1.5_seed=0.json"]
+
+
+def test_epsilon_is_the_accountants(sweep):
+    _, _, doc = sweep
+    n = 2 * accounting.total_steps(2, 3, 3)  # K = 2 particles x (3 + 2 x 2) SVGD steps
+    e = doc["sigmas"]["1.5"]["epsilon"]
+    assert e["compositions"] == n == 14
+    assert e["pld"] == accounting.epsilon(1.5, n, 1e-5, "pld")
+    assert e["rdp"] == accounting.epsilon(1.5, n, 1e-5, "rdp")
+    assert e["pld"] == pytest.approx(accounting.gdp_epsilon(1.5, n, 1e-5), rel=1e-2)  # closed-form mu-GDP
+    zero = doc["sigmas"]["0"]["epsilon"]
+    assert float(zero["pld"]) == math.inf and float(zero["rdp"]) == math.inf
+
+
+def test_regret_is_that_of_a_plain_run(sweep, tmp_path):
+    """The sweep's run is `pacd-bo run` with the same options and sigma: interception and attack change nothing."""
+    _, _, doc = sweep
+    run_argv = ["run", *RUN, "--method", "pacd", "--seed-list", "0", "--dp-sigma", "1.5", "--dp-clip", "2.5", "--quiet",
+                "--out", str(tmp_path / "run")]
+    assert cli.main(run_argv) == 0
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    (cell,) = doc["sigmas"]["1.5"]["per_seed"]
+    for mine, plain in zip(cell["clients"], run["results"][0]["clients"]):
+        np.testing.assert_array_equal(mine["regret"], plain["regret"])
+        assert mine["auc"] == plain["auc"] and mine["final_regret"] == plain["final_regret"]
+    assert run["epsilon"]["epsilon"] == doc["sigmas"]["1.5"]["epsilon"]["pld"]
+
+
+def test_a_rerun_reuses_finished_cells(sweep):
+    out, argv, doc = sweep
+    before = {p.name: p.read_text() for p in (out / "cells").iterdir()}
+    assert cli.main(argv) == 0
+    again = json.loads((out / "privacy.json").read_text())
+    assert again["meta"]["cells_reused"] == 2
+    assert again["sigmas"] == doc["sigmas"]
+    assert {p.name: p.read_text() for p in (out / "cells").iterdir()} == before
+
+
+def test_a_cell_with_other_options_is_not_reused(tmp_path):
+    from pacd_jax import attack, io
+    from pacd_jax.config import RunConfig
+
+    key = privacy_sweep.cell_key(RunConfig(dp_sigma=1.0), 0, [1], attack.AttackConfig())
+    io.write_json(tmp_path / "c.json", {"key": key, "result": {"x": 1}})
+    assert privacy_sweep.load_cell(tmp_path / "c.json", key) == {"x": 1}
+    other = privacy_sweep.cell_key(RunConfig(dp_sigma=1.0), 0, [1], attack.AttackConfig(steps=7))
+    assert privacy_sweep.load_cell(tmp_path / "c.json", other) is None
+    (tmp_path / "bad.json").write_text("{truncated")
+    assert privacy_sweep.load_cell(tmp_path / "bad.json", key) is None
+    assert privacy_sweep.load_cell(tmp_path / "missing.json", key) is None
+
+
+def test_guess_band_and_verdict():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(12, 2))
+    band = privacy_sweep.guess_band(X, np.random.default_rng(1), draws=400)
+    # independent oracle: quantiles of the Hungarian-matched RMSE of fresh uniform guesses (scipy)
+    from scipy.optimize import linear_sum_assignment
+
+    g = np.random.default_rng(2)
+    vals = []
+    for _ in range(400):
+        G = g.uniform(size=X.shape)
+        D2 = ((G[:, None] - X[None]) ** 2).sum(-1)
+        r, c = linear_sum_assignment(D2)
+        vals.append(np.sqrt(D2[r, c].mean()))
+    assert band["matched_rmse"][0] == pytest.approx(np.quantile(vals, 0.05), abs=0.03)
+    assert band["matched_rmse"][1] == pytest.approx(np.quantile(vals, 0.95), abs=0.03)
+    assert privacy_sweep.verdict(0.0, [0.2, 0.5]) == "below"
+    assert privacy_sweep.verdict(0.3, [0.2, 0.5]) == "within"
+    assert privacy_sweep.verdict(0.9, [0.2, 0.5]) == "above"
+    assert privacy_sweep.verdict(None, [0.2, 0.5]) == "error"
+
+
+def test_aggregate_skips_unattackable_rounds():
+    base = {"baseline": {k: 0.5 for k in privacy_sweep.SCORES}, "band": {k: [0.3, 0.6] for k in privacy_sweep.SCORES},
+            "true_dispersion": 0.4, "m": 6, "round": 1}
+    good = {**base, **{k: 0.4 for k in privacy_sweep.SCORES}, "rmse_ratio": 0.8, "loss": 1.0, "verdict": "within"}
+    bad = {**base, **{k: None for k in privacy_sweep.SCORES}, "loss": None, "verdict": "error"}
+    cells = [{"final_regret": 0.1, "auc": 0.5, "regret_curve": [1.0, 0.1], "rounds": [good]},
+             {"final_regret": 0.3, "auc": 0.7, "regret_curve": [1.0, 0.3], "rounds": [bad]}]
+    agg = privacy_sweep.aggregate(cells, [1])
+    assert agg["attack"]["1"]["matched_rmse"] == {"mean": 0.4, "std": 0.0, "min": 0.4, "max": 0.4, "n": 1}
+    assert agg["regret"]["final_regret"]["mean"] == pytest.approx(0.2) and agg["regret"]["final_regret"]["std"] == pytest.approx(0.1)
+    assert agg["regret"]["curve_mean"] == pytest.approx([1.0, 0.2])
+    assert agg["attack"]["1"]["verdicts"] == ["within", "error"] and not agg["within_band_every_round"]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--sigmas", "0,-1"], "sigmas must be >= 0"),
+        (["--sigmas", ""], "expected comma-separated sigmas"),
+        (["--sigmas", "0,nan"], "must be finite"),
+        (["--sigmas", "0,1,1"], "distinct"),
+        (["--sigmas", "0,1", "--operating-sigma", "8"], "--operating-sigma 8 must be one of --sigmas 0,1"),
+        (["--sigmas", "0", "--operating-sigma", "0", "--rounds", "3"], "--rounds must be in [0, 2]"),
+        (["--sigmas", "0", "--operating-sigma", "0", "--seeds", ""], "expected at least one integer"),
+        (["--sigmas", "0", "--operating-sigma", "0", "--clip", "0"], "--clip must be > 0"),
+        (["--sigmas", "0", "--operating-sigma", "0", "--benchmark", "nope"], "unknown benchmark"),
+        (["--sigmas", "0", "--operating-sigma", "0", "--restarts", "0"], "restarts"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra, message):
+    out = tmp_path / "bad"
+    assert cli.main(["privacy", *TINY, *extra, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not out.exists()
