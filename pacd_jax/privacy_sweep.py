@@ -335,25 +335,38 @@ def plot_sweep(doc: dict, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from matplotlib.ticker import NullLocator
+
     keys, sig, x = _sigma_axis(doc)
     titles = {"dispersion": "dispersion of the reconstruction", "matched_rmse": "matched RMSE", "chamfer": "Chamfer distance",
-              "recall_at_r": "recall@r", "precision_at_r": "precision@r"}
-    fig, axes = plt.subplots(1, len(SCORES), figsize=(4 * len(SCORES), 3.6))
-    for ax, score in zip(axes, SCORES):
+              "recall_at_r": "recall@r", "precision_at_r": "precision@r",
+              "rmse_ratio": "matched RMSE / uniform guess's (< 1: leakage)"}
+    panels = (*SCORES, "rmse_ratio")
+    fig, axes = plt.subplots(2, 3, figsize=(13, 7))
+    axes = axes.ravel()
+    for ax, score in zip(axes, panels):
         for j, t in enumerate(doc["rounds"]):
             color = f"C{j}"
             a = [doc["sigmas"][k]["attack"][str(t)] for k in keys]
             mean = np.asarray([np.nan if e[score] is None else e[score]["mean"] for e in a])
             std = np.asarray([np.nan if e[score] is None else e[score]["std"] for e in a])
-            lo = np.asarray([e["band"][score][0] for e in a])
-            hi = np.asarray([e["band"][score][1] for e in a])
+            if score == "rmse_ratio":  # the band in units of the guess's mean matched RMSE
+                base = np.asarray([np.nan if e["baseline"]["matched_rmse"] is None else e["baseline"]["matched_rmse"]["mean"] for e in a])
+                lo = np.asarray([e["band"]["matched_rmse"][0] for e in a]) / base
+                hi = np.asarray([e["band"]["matched_rmse"][1] for e in a]) / base
+            else:
+                lo = np.asarray([e["band"][score][0] for e in a])
+                hi = np.asarray([e["band"][score][1] for e in a])
             ax.fill_between(x, lo, hi, color=color, alpha=0.12, lw=0)
             ax.errorbar(x, mean, std, marker="o", ms=4, capsize=3, color=color, label=f"attack, t={t}")
             if score == "dispersion":
                 td = [np.nan if e["true_dispersion"] is None else e["true_dispersion"]["mean"] for e in a]
                 ax.plot(x, td, ls="--", color=color, lw=1, label=f"true queries, t={t}")
+        if score == "rmse_ratio":
+            ax.axhline(1.0, color="k", lw=0.8)
         ax.set_xscale("log")
-        ax.set_xticks(x, ["0 (off)" if s == 0 else f"{s:g}" for s in sig], fontsize=7)
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticks(x, ["0 (off)" if s == 0 else f"{s:g}" for s in sig], fontsize=8)
         ax.set_xlabel("noise multiplier sigma")
         ax.set_title(titles[score], fontsize=9)
     axes[0].legend(fontsize=6)
