@@ -13,8 +13,8 @@ COMMON=(--benchmark branin --seeds 0,1 --iters 40 --rounds 1,20,39 --restarts 2 
 PY=${PYTHON:-python}
 "$PY" -m pacd_jax.cli privacy --sigmas 0,8,16 --operating-sigma 8 "${COMMON[@]}" &
 A=$!
-"$PY" -m pacd_jax.cli privacy --sigmas 1,4 --operating-sigma 4 "${COMMON[@]}" &
+"$PY" -m pacd_jax.cli privacy --sigmas 1,2,4 --operating-sigma 4 "${COMMON[@]}" &
 B=$!
 wait "$A"
 wait "$B"
-"$PY" -m pacd_jax.cli privacy --sigmas 0,1,4,8,16 --operating-sigma 8 "${COMMON[@]}"
+"$PY" -m pacd_jax.cli privacy --sigmas 0,1,2,4,8,16 --operating-sigma 8 "${COMMON[@]}"
