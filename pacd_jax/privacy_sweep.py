@@ -459,10 +459,9 @@ def _borrowed_groups(helpers) -> dict:
     """
     from pacd_jax import attack_cli
 
-    tmp = argparse.ArgumentParser(add_help=False)
-    attack_cli.add_parser(tmp.add_subparsers(), helpers)
-    parser = tmp._subparsers._group_actions[0].choices["attack"]
-    return {g.title: g._group_actions for g in parser._action_groups}
+    subs = argparse.ArgumentParser(add_help=False).add_subparsers()
+    attack_cli.add_parser(subs, helpers)
+    return {g.title: g._group_actions for g in subs.choices["attack"]._action_groups}
 
 
 def add_parser(sub) -> None:
