@@ -38,6 +38,8 @@ BAND_Q = (0.05, 0.95)
 SCORES = ("dispersion", "matched_rmse", "chamfer", "recall_at_r", "precision_at_r")
 #: cell-file format version (part of the key: a change makes old cells stale).
 CELL_VERSION = 1
+#: distance to the box boundary under which a point counts as "on the edge" (:func:`edge_fraction`).
+EDGE_TOL = 0.01
 FLOOR = 1e-6  # regret 0 drawn at this height on log axes
 
 
@@ -87,6 +89,21 @@ def _stats(values) -> dict | None:
     return {"mean": float(v.mean()), "std": float(v.std()), "min": float(v.min()), "max": float(v.max()), "n": int(v.size)}
 
 
+def edge_fraction(X, tol: float = EDGE_TOL) -> float | None:
+    """Share of the points within ``tol`` of the unit box's boundary (None for no points).
+
+    The paper attacker's reconstruction is clipped to the box and the box
+    attacker's is a sigmoid, so both pile up on the boundary; where the true
+    queries do too (DP runs), a uniform guess is a weak reference.
+    """
+    if X is None:
+        return None
+    X = np.asarray(X, np.float64)
+    if X.size == 0:
+        return None
+    return float(np.mean(np.any((X < tol) | (X > 1 - tol), axis=1)))
+
+
 def verdict(rmse: float | None, band: list[float]) -> str:
     """``below`` (beats guessing: leakage), ``within`` or ``above`` the band; ``error`` without a score."""
     if rmse is None:
@@ -109,6 +126,8 @@ def aggregate(cells: list[dict], rounds) -> dict:
         agg["band"] = {k: [float(np.mean([e["band"][k][0] for e in entries])), float(np.mean([e["band"][k][1] for e in entries]))]
                        for k in SCORES}
         agg["true_dispersion"] = _stats([e["true_dispersion"] for e in entries])
+        agg["edge_fraction_true"] = _stats([edge_fraction(e.get("X_true")) for e in entries])
+        agg["edge_fraction_rec"] = _stats([edge_fraction(e.get("X_rec")) for e in entries])
         agg["verdicts"] = [e["verdict"] for e in entries]
         agg["m"] = entries[0]["m"]
         attack[str(t)] = agg
@@ -290,7 +309,7 @@ def table(doc: dict) -> str:
     """The markdown table: sigma -> epsilon, final regret, AUC, matched-RMSE ratio per attacked round."""
     rounds = doc["rounds"]
     head = ["sigma", "noise std 2σC", "ε PLD", "ε RDP", "final regret", "AUC"]
-    head += [f"RMSE ratio t={t}" for t in rounds] + ["attack vs band (below/within/above)"]
+    head += [f"RMSE ratio t={t}" for t in rounds] + ["attack vs band (below/within/above)", f"on box edge t={rounds[-1]}: true / recovered"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key in sorted(doc["sigmas"], key=float):
         e = doc["sigmas"][key]
@@ -299,7 +318,9 @@ def table(doc: dict) -> str:
         counts = "/".join(str(verdicts.count(v)) for v in ("below", "within", "above"))
         cols = [f"{e['sigma']:g}", f"{e['noise_std']:.3g}", _fmt_eps(e["epsilon"]["pld"]), _fmt_eps(e["epsilon"]["rdp"]),
                 _pm(r["final_regret"], ".4f"), _pm(r["auc"])]
-        cols += [_pm(e["attack"][str(t)]["rmse_ratio"], ".2f") for t in rounds] + [counts]
+        last = e["attack"][str(rounds[-1])]
+        edges = f"{_pm(last.get('edge_fraction_true'), '.2f')} / {_pm(last.get('edge_fraction_rec'), '.2f')}"
+        cols += [_pm(e["attack"][str(t)]["rmse_ratio"], ".2f") for t in rounds] + [counts, edges]
         rows.append("| " + " | ".join(cols) + " |")
     c = doc["config"]
     m = doc["meta"]
@@ -312,7 +333,8 @@ def table(doc: dict) -> str:
         f"{'y known' if not a['learn_y'] else 'y optimised'}{', box' if a['bounded'] else ''}{', cosine' if a['cosine'] else ''}. "
         f"RMSE ratio = matched RMSE / a uniform guess's (mean ± std over seeds; < 1 beats guessing); "
         f"band = {int(100 * doc['band']['quantiles'][0])}-{int(100 * doc['band']['quantiles'][1])} % of the guesses' matched RMSE; "
-        f"the last column counts (seed, round) attacks below / within / above it."
+        f"the next column counts (seed, round) attacks below / within / above it; the last, the share of points within "
+        f"{EDGE_TOL:g} of the box boundary at the last attacked round."
     )
     if m.get("command"):
         rows.append("")

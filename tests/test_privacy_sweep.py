@@ -126,11 +126,19 @@ def test_guess_band_and_verdict():
     assert privacy_sweep.verdict(None, [0.2, 0.5]) == "error"
 
 
+def test_edge_fraction():
+    X = np.array([[0.5, 0.5], [0.0, 0.3], [0.995, 0.5], [0.5, 0.02], [0.2, 1.0]])
+    assert privacy_sweep.edge_fraction(X) == pytest.approx(3 / 5)
+    assert privacy_sweep.edge_fraction(X, tol=0.03) == pytest.approx(4 / 5)
+    assert privacy_sweep.edge_fraction(None) is None
+
+
 def test_aggregate_skips_unattackable_rounds():
     base = {"baseline": {k: 0.5 for k in privacy_sweep.SCORES}, "band": {k: [0.3, 0.6] for k in privacy_sweep.SCORES},
-            "true_dispersion": 0.4, "m": 6, "round": 1}
+            "true_dispersion": 0.4, "m": 6, "round": 1, "X_true": [[0.0, 0.5], [0.5, 0.5]]}
     good = {**base, **{k: 0.4 for k in privacy_sweep.SCORES}, "rmse_ratio": 0.8, "loss": 1.0, "verdict": "within"}
-    bad = {**base, **{k: None for k in privacy_sweep.SCORES}, "loss": None, "verdict": "error"}
+    good["X_rec"] = [[0.5, 0.5], [0.5, 0.5]]
+    bad = {**base, **{k: None for k in privacy_sweep.SCORES}, "loss": None, "verdict": "error", "X_rec": None}
     cells = [{"final_regret": 0.1, "auc": 0.5, "regret_curve": [1.0, 0.1], "rounds": [good]},
              {"final_regret": 0.3, "auc": 0.7, "regret_curve": [1.0, 0.3], "rounds": [bad]}]
     agg = privacy_sweep.aggregate(cells, [1])
@@ -138,6 +146,7 @@ def test_aggregate_skips_unattackable_rounds():
     assert agg["regret"]["final_regret"]["mean"] == pytest.approx(0.2) and agg["regret"]["final_regret"]["std"] == pytest.approx(0.1)
     assert agg["regret"]["curve_mean"] == pytest.approx([1.0, 0.2])
     assert agg["attack"]["1"]["verdicts"] == ["within", "error"] and not agg["within_band_every_round"]
+    assert agg["attack"]["1"]["edge_fraction_true"]["mean"] == 0.5 and agg["attack"]["1"]["edge_fraction_rec"]["n"] == 1
 
 
 @pytest.mark.parametrize(
