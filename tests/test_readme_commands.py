@@ -19,7 +19,7 @@ must be ``--clients + 1``. A template line (``...``, ``[..]``, ``{a,b}``,
 ``<..>``, ``A | B``) is checked for its option names only: each ``--flag`` must
 be an option of that subcommand. ``python SCRIPT`` lines name an existing
 script whose source defines each ``--flag``; ``make T`` lines name a Makefile
-target. Inline code spans that start with ``pacd-bo`` are checked the same way
+target. Inline code spans that start with ``pacd-bo`` or ``python X.py`` are checked the same way
 (a bare ``pacd-bo SUB`` mention: the subcommand must exist). The ``make run``
 recipe in the Makefile is parsed too.
 """
@@ -121,14 +121,14 @@ def block_commands(block: Block) -> list[Command]:
 
 
 def inline_commands(text: str) -> list[Command]:
-    """Inline code spans that start with ``pacd-bo`` (outside code blocks), whitespace normalised."""
+    """Inline code spans that start with ``pacd-bo`` or ``python X.py`` (outside code blocks), whitespace normalised."""
     prose = text
     for m in re.finditer(r"^```.*?^```", text, flags=re.S | re.M):
         prose = prose.replace(m.group(0), "\n" * m.group(0).count("\n"))
     found = []
-    for m in re.finditer(r"(?<!`)`(pacd-bo\b[^`]*)`(?!`)", prose, flags=re.S):
+    for m in re.finditer(r"(?<!`)`((?:pacd-bo\b|python \S+\.py\b)[^`]*)`(?!`)", prose, flags=re.S):
         text = " ".join(m.group(1).split())
-        if re.match(r"pacd-bo( [a-z]|$)", text):  # not a quoted message such as `pacd-bo [rank r]: error: ...`
+        if re.match(r"(pacd-bo( [a-z]|$))|python", text):  # not a quoted message such as `pacd-bo [rank r]: error: ...`
             found.append(Command(prose.count("\n", 0, m.start()) + 1, text, [], "inline"))
     return found
 
