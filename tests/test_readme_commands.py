@@ -128,7 +128,7 @@ def inline_commands(text: str) -> list[Command]:
     found = []
     for m in re.finditer(r"(?<!`)`((?:pacd-bo\b|python \S+\.py\b)[^`]*)`(?!`)", prose, flags=re.S):
         text = " ".join(m.group(1).split())
-        if re.match(r"(pacd-bo( [a-z]|$))|python", text):  # not a quoted message such as `pacd-bo [rank r]: error: ...`
+        if re.match(r"pacd-bo [a-z]|python", text):  # not the bare name or a message such as `pacd-bo [rank r]: error: ...`
             found.append(Command(prose.count("\n", 0, m.start()) + 1, text, [], "inline"))
     return found
 
@@ -246,6 +246,27 @@ def test_every_pacd_bo_line_in_the_readme_parses():
             failures.append(f"README.md:{c.line}: {exc}")
     assert not failures, "\n".join(failures)
     assert checked >= 20
+
+
+def test_notebook_commands_parse():
+    """Command lines in the notebooks' markdown cells (and notebooks/README.md) parse too."""
+    import json
+
+    texts = [(p.name, "\n\n".join("".join(c["source"]) for c in json.loads(p.read_text())["cells"] if c["cell_type"] == "markdown"))
+             for p in sorted((ROOT / "notebooks").glob("*.ipynb"))]
+    texts.append(("notebooks/README.md", (ROOT / "notebooks" / "README.md").read_text()))
+    failures, checked = [], 0
+    for name, text in texts:
+        for block in readme_blocks(text):
+            for c in block_commands(block):
+                if c.text.split()[0] in ("pacd-bo", "mpiexec"):
+                    try:
+                        check_line(c.text)
+                        checked += 1
+                    except AssertionError as exc:
+                        failures.append(f"{name}: {exc}")
+    assert not failures, "\n".join(failures)
+    assert checked >= 3
 
 
 def test_the_makefile_run_recipe_parses():
