@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from pacd_jax import accounting, experiment, io  # noqa: E402
 from pacd_jax.config import RunConfig  # noqa: E402
+from pacd_jax.plotting import METHOD_COLOURS  # noqa: E402
 from pacd_jax.provenance import command, commit, machine  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -78,17 +79,19 @@ def plot(result: dict, path: Path) -> None:
     chosen = str(meta["chosen_sigma"])
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     ax = axes[0]
-    series = [("0.0", "PACD-BO, no DP", "C0"), (chosen, f"PACD-BO, DP sigma={meta['chosen_sigma']:g}, C={meta['clip']:.3g}", "C3")]
-    for key, label, color in series:
+    # the shared method colours (pacd_jax.plotting); DP is PACD-BO too, told apart by the line style
+    pacd, independent = METHOD_COLOURS["pacd"], METHOD_COLOURS["independent"]
+    series = [("0.0", "PACD-BO, no DP", pacd, "-"), (chosen, f"PACD-BO, DP sigma={meta['chosen_sigma']:g}, C={meta['clip']:.3g}", pacd, ":")]
+    for key, label, color, style in series:
         if key in sig:
             m = np.maximum(np.asarray(sig[key]["regret_curve_mean"]), FLOOR)
             s = np.asarray(sig[key]["regret_curve_std"])
             t = np.arange(m.size)
-            ax.plot(t, m, color=color, label=label)
+            ax.plot(t, m, color=color, ls=style, label=label)
             ax.fill_between(t, np.maximum(m - s, FLOOR), m + s, color=color, alpha=0.15)
     if result.get("independent"):
         m = np.maximum(np.asarray(result["independent"]["regret_curve_mean"]), FLOOR)
-        ax.plot(np.arange(m.size), m, color="k", ls="--", label="Independent (no sharing)")
+        ax.plot(np.arange(m.size), m, color=independent, ls="--", label="Independent (no sharing)")
     ax.set_yscale("log")
     ax.set_xlabel("BO round")
     ax.set_ylabel("normalised regret (mean over clients; ± std over seeds)")
@@ -103,14 +106,15 @@ def plot(result: dict, path: Path) -> None:
     fr_s = np.asarray([sig[k]["summary"]["final_regret_std"] for k in keys_])
     mr = np.maximum([sig[k]["mean_regret_over_rounds"]["mean"] for k in keys_], FLOOR)
     mr_s = np.asarray([sig[k]["mean_regret_over_rounds"]["std"] for k in keys_])
-    ax.errorbar(x, fr, fr_s, marker="o", capsize=3, label="final regret")
-    ax.errorbar(x, mr, mr_s, marker="s", capsize=3, label="mean regret over all rounds")
+    ax.errorbar(x, fr, fr_s, marker="o", capsize=3, color=pacd, label="PACD-BO final regret")
+    ax.errorbar(x, mr, mr_s, marker="s", capsize=3, color=pacd, ls=":", label="PACD-BO mean regret over all rounds")
     if result.get("independent"):
-        ax.axhline(max(result["independent"]["summary"]["final_regret_mean"], FLOOR), color="k", ls="--", lw=1, label="Independent final regret")
+        ax.axhline(max(result["independent"]["summary"]["final_regret_mean"], FLOOR), color=independent, ls="--", lw=1, label="Independent final regret")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xticks(x, ["0 (off)" if s == 0 else f"{s:g}" for s in sigmas])
     ax.set_xlabel("noise multiplier sigma")
+    ax.set_ylabel("normalised regret (mean over clients)")
     ax.set_title(f"regret after {meta['iters']} rounds (mean ± std, {len(meta['seeds'])} seeds)")
     ax.legend(fontsize=8)
 

@@ -2,11 +2,12 @@
 
 Writes ``DIR/attack.json`` (DESIGN.md section 9), ``DIR/leakage.png`` (Figure 3;
 with ``--dp-sigma`` a second row with DP) and ``DIR/dispersion_vs_round.png``
-(Figure 4 left).
+(Figure 4 left); ``--format pdf`` writes the figures as PDF.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 
@@ -51,11 +52,14 @@ def add_parser(sub, helpers) -> None:
     m.add_argument("--refine-steps", type=helpers["nonneg_int"], default=d.refine_steps)
     m.add_argument("--x64", action="store_true", help="run BO in float64 (the attack always is)")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
-    p.add_argument("--quiet", action="store_true", help="no per-round lines")
+    p.add_argument("--format", choices=("png", "pdf"), default="png", help="figure format (default %(default)s)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars or per-round lines")
 
 
 def cmd_attack(args, usage_error) -> int:
-    from pacd_jax import attack, io, leakage, tasks
+    from tqdm.auto import tqdm
+
+    from pacd_jax import attack, io, leakage, progress, tasks
     from pacd_jax.config import RunConfig
 
     if args.benchmark not in tasks.known_families():
@@ -83,27 +87,51 @@ def cmd_attack(args, usage_error) -> int:
 
     def show(entry):
         if not args.quiet and entry.get("error"):
-            print(f"round {entry['round']:3d}  m={entry['m']:3d}  {entry['error']}", flush=True)
+            tqdm.write(f"round {entry['round']:3d}  m={entry['m']:3d}  {entry['error']}", file=sys.stdout)
         elif not args.quiet:
-            print(
+            tqdm.write(
                 f"round {entry['round']:3d}  m={entry['m']:3d}  loss {entry['loss']:.3g}  matched RMSE "
                 f"{entry['matched_rmse']:.3f} (uniform guess {entry['baseline']['matched_rmse']:.3f})  "
                 f"recall@r {entry['recall_at_r']:.2f}  dispersion {entry['dispersion']:.3f}  {entry['time_s']:.1f} s",
-                flush=True,
+                file=sys.stdout,
             )
+        sys.stdout.flush()
 
-    docs = [leakage.run_leakage(base, args.target_client, args.rounds, cfg, on_round=show)]
+    def run_with_progress(config, label):
+        """One run + its attacks, with a bar over BO rounds, then one over the attacked rounds."""
+        bars = {"bo": progress.bar(args.iters, "round", f"PACD-BO run ({label})", args.quiet)}
+        on_bo = progress.round_callback(bars["bo"])
+
+        def on_bo_round(done, total):
+            on_bo(done, total)
+            if done == total:
+                bars["bo"].close()
+                bars["attack"] = progress.bar(len(args.rounds), "attack", f"DLG attacks ({label})", args.quiet)
+
+        def on_attack(entry):
+            show(entry)
+            if "attack" in bars:
+                bars["attack"].update(1)
+
+        try:
+            return leakage.run_leakage(config, args.target_client, args.rounds, cfg, on_round=on_attack, on_bo_round=on_bo_round)
+        finally:
+            for b in bars.values():
+                b.close()
+
+    docs = [run_with_progress(base, "no DP")]
     if args.dp_sigma > 0:
         if not args.quiet:
             print(f"with DP (sigma={args.dp_sigma:g}, C={args.dp_clip:g}):", flush=True)
-        dp_doc = leakage.run_leakage(base.replace(dp_sigma=args.dp_sigma), args.target_client, args.rounds, cfg, on_round=show)
+        dp_doc = run_with_progress(base.replace(dp_sigma=args.dp_sigma), f"DP sigma={args.dp_sigma:g}")
         doc = {**dp_doc, "no_dp": docs[0]}
         docs.append(dp_doc)
     else:
         doc = docs[0]
     io.write_json(out / "attack.json", doc)
-    leakage.plot_leakage(docs, out / "leakage.png")
-    leakage.plot_dispersion(docs, out / "dispersion_vs_round.png")
+    figures = out / f"leakage.{args.format}", out / f"dispersion_vs_round.{args.format}"
+    leakage.plot_leakage(docs, figures[0])
+    leakage.plot_dispersion(docs, figures[1])
     if not args.quiet:
-        print(f"wrote {out / 'attack.json'}, {out / 'leakage.png'} and {out / 'dispersion_vs_round.png'}")
+        print(f"wrote {out / 'attack.json'}, {figures[0]} and {figures[1]}")
     return 0

@@ -245,17 +245,11 @@ def _config_from_args(args):
 
 
 def _progress(total_hint: int, quiet: bool):
-    """A tqdm bar over rounds (off when quiet or stderr is not a terminal)."""
-    from tqdm.auto import tqdm
+    """A tqdm bar over rounds (:mod:`pacd_jax.progress`: off when quiet or stderr is not a terminal)."""
+    from pacd_jax import progress
 
-    bar = tqdm(total=total_hint, unit="round", disable=quiet or not sys.stderr.isatty(), leave=False)
-
-    def on_round(done, total):
-        if bar.total != total:
-            bar.total = total
-        bar.update(done - bar.n)
-
-    return bar, on_round
+    bar = progress.bar(total_hint, "round", "pacd-bo run", quiet)
+    return bar, progress.round_callback(bar)
 
 
 def _print_summary(doc: dict) -> None:
@@ -308,7 +302,7 @@ def cmd_run(args) -> int:
             from pacd_jax import intercept
 
             with jax_x64(config.x64):
-                doc = intercept.run_document(config, spy[0], spy[1], factory)
+                doc = intercept.run_document(config, spy[0], spy[1], factory, on_round)
     finally:
         bar.close()
     if doc is None:  # an MPI client rank: rank 0 writes the outputs

@@ -37,8 +37,10 @@ def _learn_with_norms(learner: methods.MetaLearner, state, buffers, num_steps: i
     return jax.lax.scan(one_step, state, None, length=num_steps)
 
 
-def record(config: RunConfig, rounds: Sequence[int], quantile: float = 0.5) -> dict:
+def record(config: RunConfig, rounds: Sequence[int], quantile: float = 0.5, on_round=None) -> dict:
     """Per-particle gradient norms at every SVGD step of ``rounds`` (DP off), over the config's seeds.
+
+    ``on_round(rounds_done, rounds_total)`` is called after every BO round of every seed (progress).
 
     Returns a JSON-ready dict: ``{"benchmark", "config", "rounds", "norms": {round: [[...]]}, "summary"}``,
     where ``norms[round]`` is a flat list over seeds, steps, clients and particles.
@@ -56,6 +58,7 @@ def record(config: RunConfig, rounds: Sequence[int], quantile: float = 0.5) -> d
         norms: dict[int, list] = {r: [] for r in rounds}
         learn_init = jax.jit(lambda st, b: _learn_with_norms(learner, st, b, config.svgd_steps_init))
         learn_rest = jax.jit(lambda st, b: _learn_with_norms(learner, st, b, config.svgd_steps))
+        done = 0
         for fam, seed in zip(fams, config.seeds):
             problem, params = loop.problem_from_family(fam, config.iters, config.init_points, config.noise_std)
             seed_arr = jnp.asarray(seed, jnp.int32)
@@ -67,6 +70,9 @@ def record(config: RunConfig, rounds: Sequence[int], quantile: float = 0.5) -> d
                     _, n = fn(state.model, state.buffers)  # the same trajectory the round takes
                     norms[t].append(np.asarray(n, np.float64).ravel())
                 state, _ = round_fn(state, jnp.asarray(t, jnp.int32), seed_arr, params)
+                if on_round is not None:
+                    done += 1
+                    on_round(done, len(config.seeds) * (max(rounds) + 1))
     flat = {r: np.concatenate(v) if v else np.zeros(0) for r, v in norms.items()}
     first = flat[rounds[0]]
     per_round = {

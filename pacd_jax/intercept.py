@@ -105,8 +105,10 @@ class Truth(NamedTuple):
     y: np.ndarray
 
 
-def run_vmap(config: RunConfig, spec: InterceptSpec, task_factory=None, seed: int | None = None):
+def run_vmap(config: RunConfig, spec: InterceptSpec, task_factory=None, seed: int | None = None, on_round=None):
     """Run PACD-BO for one seed in one process, recording the target's messages.
+
+    ``on_round(rounds_done, rounds_total)`` is called after every round (progress).
 
     Returns:
         ``(records, truths, results)``: one :class:`Record` and :class:`Truth`
@@ -148,12 +150,14 @@ def run_vmap(config: RunConfig, spec: InterceptSpec, task_factory=None, seed: in
         loop._check_finite(np.asarray(y)[None], [seed], np.asarray(problem.ids), f"at round {t}")
         if t in wanted:
             records.append(Record(t, target, m, np.asarray(particles), np.asarray(grads), bounds))
+        if on_round is not None:
+            on_round(t + 1, config.iters)
     X = problem.to_original(state.buffers.X)
     results = loop.SeedResults([seed], np.asarray(X, np.float64)[None], np.asarray(state.buffers.y, np.float64)[None], np.asarray(state.f, np.float64)[None])
     return records, truths, results
 
 
-def run_document(config: RunConfig, spec: InterceptSpec, path, task_factory=None) -> dict:
+def run_document(config: RunConfig, spec: InterceptSpec, path, task_factory=None, on_round=None) -> dict:
     """``pacd-bo run --intercept-*`` on the vmap backend: one seed, records written to ``path``.
 
     Returns the run.json document (the same run as without interception).
@@ -163,7 +167,7 @@ def run_document(config: RunConfig, spec: InterceptSpec, path, task_factory=None
     if len(config.seeds) != 1:
         raise ValueError("interception on the vmap backend runs one seed (use --seed-list S)")
     start = time.perf_counter()
-    records, _, res = run_vmap(config, spec, task_factory)
+    records, _, res = run_vmap(config, spec, task_factory, on_round=on_round)
     save_records(path, records)
     (fam,) = experiment.build_families(config, task_factory)
     problem, _ = loop.problem_from_family(fam, config.iters, config.init_points, config.noise_std)

@@ -89,6 +89,7 @@ def run_leakage(
     attack_config: attack.AttackConfig,
     task_factory=None,
     on_round=None,
+    on_bo_round=None,
     on_run=None,
 ) -> dict:
     """Run, intercept and attack; returns the ``attack.json`` document for one seed.
@@ -97,6 +98,7 @@ def run_leakage(
         config: the PACD-BO run (``config.seeds[0]`` is the seed; DP options as configured).
         target: the target client id; rounds: 0-based rounds to attack.
         on_round: ``on_round(entry)`` after each attacked round (progress).
+        on_bo_round: ``on_bo_round(rounds_done, rounds_total)`` after each BO round of the run (progress).
         on_run: ``on_run(results)`` with the run's :class:`pacd_jax.loop.SeedResults`
             once the run is done, before any attack (the regret of the very run attacked).
     """
@@ -106,7 +108,7 @@ def run_leakage(
     ctx = jax.enable_x64(True) if config.x64 else contextlib.nullcontext()
     start = time.perf_counter()
     with ctx:
-        records, truths, results = intercept.run_vmap(config, spec, task_factory)
+        records, truths, results = intercept.run_vmap(config, spec, task_factory, on_round=on_bo_round)
     run_time = time.perf_counter() - start
     if on_run is not None:
         on_run(results)
@@ -181,7 +183,9 @@ def plot_leakage(docs: list[dict], path) -> None:
             ax.set_yticks([])
             ax.set_title(f"t={e['round']}  rmse {e['matched_rmse']:.2f}/{e['baseline']['matched_rmse']:.2f}", fontsize=7)
             if col == 0:
-                ax.set_ylabel(label, fontsize=8)
+                ax.set_ylabel(f"{label}\n$x_2$ (unit box)", fontsize=8)
+            if row == len(docs) - 1:
+                ax.set_xlabel("$x_1$ (unit box)", fontsize=8)
     axes[0, 0].legend(fontsize=6, loc="lower left")
     fig.suptitle(f"{docs[0]['benchmark']}: client {docs[0]['target_client']}'s queries, true vs DLG (unit box)", fontsize=9)
     fig.tight_layout()

@@ -59,7 +59,7 @@ def add_parsers(sub) -> None:
         help="distribution of unclipped per-particle gradient norms (to choose the clip norm C)",
         description=(
             "Runs PACD-BO without DP and records the L2 norm of every client's per-particle gradient A_{i,k} "
-            "at every SVGD step of the chosen rounds; writes DIR/gradnorms.json and DIR/gradnorms.png."
+            "at every SVGD step of the chosen rounds; writes DIR/gradnorms.json and DIR/gradnorms.png (--format)."
         ),
     )
     gn.add_argument("--benchmark", default=d.benchmark, help="default %(default)s")
@@ -74,6 +74,8 @@ def add_parsers(sub) -> None:
     gn.add_argument("--quantile", type=float, default=0.5, help="the clip rule's quantile of the round-0 norms (default %(default)s: the median)")
     gn.add_argument("--x64", action="store_true")
     gn.add_argument("--out", required=True, metavar="DIR")
+    gn.add_argument("--format", choices=("png", "pdf"), default="png", help="figure format (default %(default)s)")
+    gn.add_argument("--quiet", action="store_true", help="no progress bar")
 
     from pacd_jax import privacy_sweep
 
@@ -136,7 +138,13 @@ def cmd_gradnorms(args) -> int:
     )
     out = Path(args.out)
     start = time.perf_counter()
-    doc = gradnorms.record(config, sorted(set(args.rounds)), quantile=args.quantile)
+    from pacd_jax import progress
+
+    bar = progress.bar(config.iters * len(config.seeds), "round", "pacd-bo gradnorms", args.quiet)
+    try:
+        doc = gradnorms.record(config, sorted(set(args.rounds)), quantile=args.quantile, on_round=progress.round_callback(bar))
+    finally:
+        bar.close()
     doc["wall_time_s"] = time.perf_counter() - start
     from pacd_jax import provenance
 
@@ -144,11 +152,12 @@ def cmd_gradnorms(args) -> int:
 
     doc["meta"] = {"command": "pacd-bo " + " ".join(sys.argv[1:]), "commit": provenance.commit(), "machine": provenance.machine()}
     io.write_json(out / "gradnorms.json", doc)
-    gradnorms.plot(doc, out / "gradnorms.png")
+    figure = out / f"gradnorms.{args.format}"
+    gradnorms.plot(doc, figure)
     s = doc["summary"]
     print(f"per-particle gradient norms, round {doc['rounds'][0]}: median {s['round0_median']:.4g}, "
           f"q10 {s['round0_q10']:.4g}, q90 {s['round0_q90']:.4g}; suggested C (q={args.quantile:g}) = {s['suggested_clip']:.4g}")
-    print(f"wrote {out / 'gradnorms.json'} and {out / 'gradnorms.png'}")
+    print(f"wrote {out / 'gradnorms.json'} and {figure}")
     return 0
 
 

@@ -153,6 +153,7 @@ def run_grid(
     xla_flags: str | None = WORKER_XLA_FLAGS,
     on_cell: Callable[[str, str], None] | None = None,
     run_first: Sequence[str] = (),
+    fmt: str = "png",
 ) -> dict:
     """Run (or resume) the grid and write ``table.json``, ``table.md`` and ``convergence.png``.
 
@@ -168,6 +169,7 @@ def run_grid(
         on_cell: called with ``(benchmark, method)`` after each cell finishes.
         run_first: benchmarks whose cells are scheduled first (the table keeps
             the order of ``benchmarks``).
+        fmt: format of the figure (``png`` or ``pdf``).
 
     Returns:
         The ``table.json`` document.
@@ -207,11 +209,11 @@ def run_grid(
         bar.close()
     return summarise_grid(base, benchmarks, methods, out, command, xla_flags,
                           {"elapsed_s": time.perf_counter() - start, "cells_run": len(todo) - len(failed),
-                           "cells_reused": skipped, "failed_cells": failed})
+                           "cells_reused": skipped, "failed_cells": failed}, fmt=fmt)
 
 
 def summarise_grid(base, benchmarks, methods, out, command: str, xla_flags: str | None, extra: dict | None = None,
-                   more: Sequence[str | os.PathLike] = ()) -> dict:
+                   more: Sequence[str | os.PathLike] = (), fmt: str = "png") -> dict:
     """Write ``table.json``, ``table.md`` and ``convergence.png`` into ``out`` from the cells
     present in ``out`` (and in the folders ``more``, whose seeds are added; see :func:`collect`)."""
     out = Path(out)
@@ -230,7 +232,7 @@ def summarise_grid(base, benchmarks, methods, out, command: str, xla_flags: str 
     }
     if more:
         doc["meta"]["seed_sources"] = [str(d) for d in sources]
-    write_outputs(doc, out, benchmarks, methods, sources)
+    write_outputs(doc, out, benchmarks, methods, sources, fmt)
     return doc
 
 
@@ -386,13 +388,13 @@ def plot_grid(out, benchmarks: Sequence[str], methods: Sequence[str], path: str 
     plt.close(fig)
 
 
-def write_outputs(doc: dict, out: Path, benchmarks: Sequence[str], methods: Sequence[str], sources=None) -> None:
+def write_outputs(doc: dict, out: Path, benchmarks: Sequence[str], methods: Sequence[str], sources=None, fmt: str = "png") -> None:
     from pacd_jax import io
 
     io.write_json(out / "table.json", doc)
     with io.atomic_path(out / "table.md") as tmp:
         tmp.write_text(markdown(doc, benchmarks, methods))
-    plot_grid(sources or out, benchmarks, methods, out / "convergence.png")
+    plot_grid(sources or out, benchmarks, methods, out / f"convergence.{fmt}")
 
 
 # -- command line ---------------------------------------------------------------------
@@ -458,6 +460,7 @@ def add_parser(sub) -> None:
     p.add_argument("--jobs", type=_positive_int, default=1, help="worker processes, one single-threaded cell each (default %(default)s)")
     p.add_argument("--x64", action="store_true", help="compute in float64")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    p.add_argument("--format", choices=("png", "pdf"), default="png", help="figure format (default %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table printout")
 
 
@@ -471,6 +474,7 @@ def base_config(args):
 def cmd_table(args) -> int:
     import shlex
 
+    from pacd_jax import progress
     from pacd_jax.cli import UsageError
 
     out = Path(args.out)
@@ -480,8 +484,8 @@ def cmd_table(args) -> int:
     argv = getattr(args, "argv", None) or []
     command = "pacd-bo " + " ".join(map(shlex.quote, argv))
     doc = run_grid(base, args.benchmarks, args.methods, out, args.jobs,
-                   progress=not args.quiet and sys.stderr.isatty(), command=command)
+                   progress=progress.enabled(args.quiet), command=command, fmt=args.format)
     if not args.quiet:
         print(markdown(doc, args.benchmarks, args.methods))
-        print(f"wrote {out / 'table.md'}, {out / 'table.json'} and {out / 'convergence.png'}")
+        print(f"wrote {out / 'table.md'}, {out / 'table.json'} and {out / f'convergence.{args.format}'}")
     return 0

@@ -22,16 +22,39 @@ def test_attack_gmll_gradient_equals_production_gradient():
         particles = model.sample_hyperprior(key, 3, jnp.float64)
         X = jax.random.uniform(jax.random.key(2), (7, 2), jnp.float64)
         y = jax.random.normal(jax.random.key(3), (7,), jnp.float64)
-        ours = attack.dummy_gradients(model, particles, X, y)
+        ours = attack.dummy_gradients_autodiff(model, particles, X, y)
         # the production gradient on a padded buffer (10 rows, 7 valid)
         Xp = jnp.zeros((10, 2)).at[:7].set(X)
         yp = jnp.zeros((10,)).at[:7].set(y)
         ref = gmll_grads(model, particles, GPData(Xp, yp, jnp.arange(10) < 7))
         np.testing.assert_allclose(np.asarray(ours), np.asarray(ref), rtol=1e-9, atol=1e-9)
+        fast = attack.dummy_gradients(model, particles, X, y)
+        np.testing.assert_allclose(np.asarray(fast), np.asarray(ref), rtol=1e-9, atol=1e-9)
         # and the value equals the production GMLL
         value = attack.attack_gmll(model, particles[0], X, y)
         ref_value = model.gmll(particles[0], GPData(Xp, yp, jnp.arange(10) < 7))
         np.testing.assert_allclose(float(value), float(ref_value), rtol=1e-12)
+
+
+def test_dlg_loss_gradient_through_the_hand_written_gradient_equals_second_order_autodiff():
+    """The attack differentiates the clients' hand-written gradient; second-order
+    autodiff through the Cholesky (the obvious way) must give the same d loss / d(X, y)."""
+    with jax.enable_x64(True):
+        model = _model(hidden=(6, 6))
+        particles = model.sample_hyperprior(jax.random.key(4), 4, jnp.float64)
+        X_true = jax.random.uniform(jax.random.key(5), (9, 2), jnp.float64)
+        y_true = jax.random.normal(jax.random.key(6), (9,), jnp.float64)
+        A = attack.dummy_gradients_autodiff(model, particles, X_true, y_true)
+        X = jax.random.uniform(jax.random.key(7), (9, 2), jnp.float64)
+        y = jax.random.normal(jax.random.key(8), (9,), jnp.float64)
+
+        def loss(fn, X, y):
+            return jnp.sum((fn(model, particles, X, y) - A) ** 2)
+
+        fast = jax.grad(lambda X, y: loss(attack.dummy_gradients, X, y), argnums=(0, 1))(X, y)
+        ref = jax.grad(lambda X, y: loss(attack.dummy_gradients_autodiff, X, y), argnums=(0, 1))(X, y)
+        for a, b in zip(fast, ref):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-8, atol=1e-10 * float(jnp.max(jnp.abs(b))))
 
 
 @pytest.mark.parametrize("cosine", [False, True])

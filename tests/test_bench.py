@@ -72,3 +72,11 @@ def test_profile_step_quick_sums_time_by_kind(tmp_path):
     kinds = [r["name"].split("/")[1] for r in records]
     assert kinds == ["wall", "matmul", "lapack", "elementwise", "layout", "other"]
     assert records[0]["config"]["top_ops_ms"] and sum(r["median_ms"] for r in records[1:]) > 0
+
+
+def test_dlg_loss_quick_writes_records_with_both_baselines(tmp_path):
+    records = _run_script("dlg_loss", ["--quick"], tmp_path)
+    _check_records(records)
+    assert [r["name"] for r in records] == ["dlg-12x2d-K3-float32", "dlg-12x2d-K3-float64"]
+    assert all(set(r["baselines"]) == {"autodiff", "loop"} for r in records)
+    assert records[1]["config"]["dtype"] == "float64" and records[1]["config"]["points"] == 12
