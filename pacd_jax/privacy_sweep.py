@@ -157,10 +157,10 @@ def cell_key(config, target: int, rounds, attack_config) -> dict:
     return json.loads(json.dumps(key))  # tuples -> lists, as read back from the file
 
 
-def run_cell(config, target: int, rounds, attack_config, task_factory=None, on_step=None) -> dict:
+def run_cell(config, target: int, rounds, attack_config, task_factory=None, on_step=None, on_bo_round=None) -> dict:
     """Run, intercept and attack one seed at one sigma (``config.seeds == (seed,)``); the cell's result.
 
-    ``on_step()`` is called once when the run is done and once per attacked round.
+    ``on_step()`` is called once per attacked round, ``on_bo_round(done, total)`` after each BO round.
     """
     from pacd_jax import experiment, leakage, loop
 
@@ -168,12 +168,11 @@ def run_cell(config, target: int, rounds, attack_config, task_factory=None, on_s
 
     def on_run(results):
         box["results"] = results
-        if on_step is not None:
-            on_step()
 
     start = time.perf_counter()
     doc = leakage.run_leakage(config, target, rounds, attack_config, task_factory,
-                              on_round=(lambda e: on_step()) if on_step is not None else None, on_run=on_run)
+                              on_round=(lambda e: on_step()) if on_step is not None else None,
+                              on_bo_round=on_bo_round, on_run=on_run)
     res = box["results"]
     (fam,) = experiment.build_families(config, task_factory)
     problem, _ = loop.problem_from_family(fam, config.iters, config.init_points, config.noise_std)
@@ -224,14 +223,12 @@ def load_cell(path: Path, key: dict) -> dict | None:
 def sweep(base, sigmas, seeds, target: int, rounds, attack_config, out, operating_sigma: float,
           task_factory=None, quiet: bool = False, meta: dict | None = None, log=print) -> dict:
     """Run every (sigma, seed) cell not already finished in ``out/cells``; write every output; the document."""
-    from tqdm.auto import tqdm
-
-    from pacd_jax import io
+    from pacd_jax import io, progress
 
     out = Path(out)
     start = time.perf_counter()
-    per_cell = 1 + len(rounds)
-    bar = tqdm(total=len(sigmas) * len(seeds) * per_cell, unit="step", disable=quiet or not sys.stderr.isatty(), leave=False)
+    per_cell = base.iters + len(rounds)  # BO rounds, then attacks
+    bar = progress.bar(len(sigmas) * len(seeds) * per_cell, "step", "privacy sweep (BO rounds + attacks)", quiet)
     cells: dict[float, list[dict]] = {}
     reused = 0
     for sigma in sigmas:
@@ -242,7 +239,8 @@ def sweep(base, sigmas, seeds, target: int, rounds, attack_config, out, operatin
             result = load_cell(path, key)
             if result is None:
                 bar.set_description(f"sigma={sigma:g} seed={seed}")
-                result = run_cell(config, target, rounds, attack_config, task_factory, on_step=lambda: bar.update(1))
+                result = run_cell(config, target, rounds, attack_config, task_factory, on_step=lambda: bar.update(1),
+                                  on_bo_round=lambda done, total: bar.update(1))
                 io.write_json(path, {"key": key, "result": result})
                 if not quiet:
                     ratios = " ".join(f"t={e['round']}:{e['rmse_ratio']:.2f}" if e.get("rmse_ratio") is not None else f"t={e['round']}:err"
