@@ -221,7 +221,7 @@ def load_cell(path: Path, key: dict) -> dict | None:
 
 
 def sweep(base, sigmas, seeds, target: int, rounds, attack_config, out, operating_sigma: float,
-          task_factory=None, quiet: bool = False, meta: dict | None = None, log=print) -> dict:
+          task_factory=None, quiet: bool = False, meta: dict | None = None, log=print, fmt: str = "png") -> dict:
     """Run every (sigma, seed) cell not already finished in ``out/cells``; write every output; the document."""
     from pacd_jax import io, progress
 
@@ -257,8 +257,8 @@ def sweep(base, sigmas, seeds, target: int, rounds, attack_config, out, operatin
     doc["meta"]["cells_reused"] = reused
     doc["meta"]["cells_wall_time_s"] = float(sum(c["wall_time_s"] for cs in cells.values() for c in cs))
     io.write_json(out / "privacy.json", doc)
-    plot_sweep(doc, out / "privacy_sweep.png")
-    plot_regret(doc, out / "dp_regret.png")
+    plot_sweep(doc, out / f"privacy_sweep.{fmt}")
+    plot_regret(doc, out / f"dp_regret.{fmt}")
     with io.atomic_path(out / "privacy.md") as tmp:
         tmp.write_text(table(doc) + "\n")
     return doc
@@ -448,7 +448,7 @@ def _save(fig, path) -> None:
 
     path = Path(path)
     with io.atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
+        fig.savefig(tmp, dpi=120, format=path.suffix.lstrip(".") or "png")
     plt.close(fig)
 
 
@@ -506,6 +506,7 @@ def add_parser(sub) -> None:
     p.add_argument("--clip", type=_float, default=d.dp_clip, help="DP clip norm C (paper eq. 12; default %(default)s; see pacd-bo gradnorms)")
     p.add_argument("--operating-sigma", type=_float, default=8.0, help="the sigma drawn against no DP in dp_regret.png (default %(default)s)")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    p.add_argument("--format", choices=("png", "pdf"), default="png", help="figure format (default %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-cell lines")
     groups = _borrowed_groups({"positive_int": _positive_int, "nonneg_int": _nonneg_int, "int_list": _int_list, "float": _float})
     for title in ("attack", "run (defaults as pacd-bo run)"):
@@ -576,8 +577,9 @@ def cmd_privacy(args) -> int:
     meta = {"command": "pacd-bo " + shlex.join(getattr(args, "argv", sys.argv[1:])), "commit": provenance.commit(),
             "machine": provenance.machine()}
     doc = sweep(base, args.sigmas, args.seeds, args.target_client, sorted(args.rounds), attack_config, out,
-                args.operating_sigma, quiet=args.quiet, meta=meta)
+                args.operating_sigma, quiet=args.quiet, meta=meta, fmt=args.format)
     if not args.quiet:
         print(table(doc))
-        print(f"wrote {out / 'privacy.json'}, {out / 'privacy_sweep.png'}, {out / 'dp_regret.png'} and {out / 'privacy.md'}")
+        print(f"wrote {out / 'privacy.json'}, {out / f'privacy_sweep.{args.format}'}, {out / f'dp_regret.{args.format}'} "
+              f"and {out / 'privacy.md'}")
     return 0

@@ -54,6 +54,13 @@ def test_writes_the_documented_files(sweep):
     assert sorted(p.name for p in (out / "cells").iterdir()) == ["sigma=0_seed=0.json", "sigma=1.5_seed=0.json"]
 
 
+def test_figures_as_pdf(sweep, tmp_path):
+    _, _, doc = sweep
+    privacy_sweep.plot_sweep(doc, tmp_path / "s.pdf")
+    privacy_sweep.plot_regret(doc, tmp_path / "r.pdf")
+    assert (tmp_path / "s.pdf").read_bytes()[:5] == b"%PDF-" and (tmp_path / "r.pdf").read_bytes()[:5] == b"%PDF-"
+
+
 def test_epsilon_is_the_accountants(sweep):
     _, _, doc = sweep
     n = 2 * accounting.total_steps(2, 3, 3)  # K = 2 particles x (3 + 2 x 2) SVGD steps
@@ -162,6 +169,7 @@ def test_aggregate_skips_unattackable_rounds():
         (["--sigmas", "0", "--operating-sigma", "0", "--clip", "0"], "--clip must be > 0"),
         (["--sigmas", "0", "--operating-sigma", "0", "--benchmark", "nope"], "unknown benchmark"),
         (["--sigmas", "0", "--operating-sigma", "0", "--restarts", "0"], "restarts"),
+        (["--sigmas", "0", "--operating-sigma", "0", "--format", "svg"], "invalid choice"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra, message):
