@@ -7,6 +7,9 @@ rewrites the table between the ``compare-methods`` markers in README.md.
 
     python benchmarks/compare_methods.py                      # 5 clients, 2 seeds, 30 rounds
     python benchmarks/compare_methods.py --seeds 4 --iters 60 --no-readme
+    python benchmarks/compare_methods.py --seeds 10 --out benchmarks/results/compare_methods_10seeds.json \
+        --readme-block compare-methods-10
+    python benchmarks/compare_methods.py --render FILE --readme-block NAME   # README table from a saved run
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ from pacd_jax import experiment, io  # noqa: E402
 from pacd_jax.provenance import command, commit, machine  # noqa: E402
 from pacd_jax.config import RunConfig  # noqa: E402
 
-BEGIN = "<!-- compare-methods:begin -->"
-END = "<!-- compare-methods:end -->"
+def markers(block: str) -> tuple[str, str]:
+    """The README comment pair that delimits a generated table."""
+    return f"<!-- {block}:begin -->", f"<!-- {block}:end -->"
 
 
 def table(doc: dict) -> str:
@@ -59,9 +63,15 @@ def main(argv=None) -> int:
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "compare_methods.json"))
     parser.add_argument("--no-readme", action="store_true", help="do not rewrite the README table")
+    parser.add_argument("--readme-block", default="compare-methods",
+                        help="README block (between <!-- NAME:begin/end --> comments) that receives the table")
+    parser.add_argument("--render", metavar="FILE", help="run nothing: put FILE's table into the README block")
     args = parser.parse_args(argv)
+    if args.render:
+        return 0 if update_readme(json.loads(Path(args.render).read_text()), args.readme_block) else 1
 
     start = time.perf_counter()
+    made_at = commit()  # the code that runs, before anything (a README rewrite) dirties the tree
     cells: dict = {}
     for bench in args.benchmarks.split(","):
         for method in args.methods.split(","):
@@ -83,22 +93,29 @@ def main(argv=None) -> int:
                   f"AUC {s['auc_mean']:.3f}  ({doc['wall_time_s']:.0f} s)", flush=True)
     result = {
         "cells": cells,
-        "meta": {"command": command("benchmarks/compare_methods.py", argv), "commit": commit(), "machine": machine(), "wall_time_s": time.perf_counter() - start,
+        "meta": {"command": command("benchmarks/compare_methods.py", argv), "commit": made_at, "machine": machine(), "wall_time_s": time.perf_counter() - start,
                  "clients": args.clients, "seeds": list(range(args.seeds)), "iters": args.iters},
     }
     io.write_json(args.out, result)
     print(f"wrote {args.out}")
     if not args.no_readme:
-        readme = ROOT / "README.md"
-        text = readme.read_text()
-        if BEGIN in text and END in text:
-            head, rest = text.split(BEGIN, 1)
-            _, tail = rest.split(END, 1)
-            new = f"{head}{BEGIN}\n{table(result)}\n{END}{tail}"
-            with io.atomic_path(readme) as tmp:
-                tmp.write_text(new)
-            print("updated README.md")
+        update_readme(result, args.readme_block)
     return 0
+
+
+def update_readme(result: dict, block: str) -> bool:
+    begin, end = markers(block)
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    if begin not in text or end not in text:
+        print(f"README.md has no {begin} ... {end} block", file=sys.stderr)
+        return False
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    with io.atomic_path(readme) as tmp:
+        tmp.write_text(f"{head}{begin}\n{table(result)}\n{end}{tail}")
+    print(f"updated README.md ({block})")
+    return True
 
 
 if __name__ == "__main__":
