@@ -129,6 +129,27 @@ def main(argv=None) -> int:
                 save()
 
     for name in names:
+        if name == "newpoint":
+            # diagnostic: the attacker has round t-1's points exactly; can it find round t's new one?
+            entries = []
+            pcfg = progressive_config()
+            by_round = {rec.round: (rec, truth) for rec, truth in zip(records, truths)}
+            for t in report_rounds:
+                if t == 0 or t not in by_round or t - 1 not in by_round:
+                    continue
+                rec, truth = by_round[t]
+                _, prev = by_round[t - 1]
+                with jax.enable_x64(True):
+                    (s,) = attack.progressive_attack(model, [rec], jax.random.key(args.seed), pcfg, initial=(prev.X, prev.y))
+                err = float(np.linalg.norm(s.X[-1] - truth.X[-1]))
+                nn = float(np.min(np.linalg.norm(prev.X - truth.X[-1], axis=1)))
+                e = {"round": t, "m": rec.m, "new_point_error": err, "new_point_nn_distance": nn, "rel_loss": s.rel_loss, "tries": s.tries,
+                     "matched_rmse": metrics.matched_rmse(s.X, truth.X), "time_s": s.time_s, "r": metrics.default_radius(2)}
+                entries.append(e)
+                print(name, json.dumps(e), flush=True)
+                result["variants"][name] = {"options": PROGRESSIVE, "start": "the truth at round t-1", "rounds": entries}
+                save()
+            continue
         if name == "progressive":
             entries = []
 

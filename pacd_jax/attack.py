@@ -467,7 +467,9 @@ class ProgressiveStep(NamedTuple):
     tries: int
 
 
-def progressive_attack(model: MetaGP, records, key: Array, config: ProgressiveConfig = ProgressiveConfig(), on_step=None) -> list[ProgressiveStep]:
+def progressive_attack(
+    model: MetaGP, records, key: Array, config: ProgressiveConfig = ProgressiveConfig(), on_step=None, initial=None
+) -> list[ProgressiveStep]:
     """Follow the target through consecutive intercepted rounds (eq. 11 at every round).
 
     Args:
@@ -477,6 +479,11 @@ def progressive_attack(model: MetaGP, records, key: Array, config: ProgressiveCo
             searches ``g`` new points at once (harder).
         key: PRNG key; round ``t`` uses ``fold_in(key, t)``.
         on_step: ``on_step(ProgressiveStep)`` after each round (progress).
+        initial: optional ``(X0, y0)``: the points (unit box) and standardised
+            values the attacker already has before the first record (then the
+            first record is extended from them, not attacked from scratch).
+            A diagnostic: started from the truth at round t, it measures the
+            new-point search alone.
 
     Returns:
         One :class:`ProgressiveStep` per record.
@@ -486,6 +493,9 @@ def progressive_attack(model: MetaGP, records, key: Array, config: ProgressiveCo
     out = []
     X = y = None
     m_prev = 0
+    if initial is not None:
+        X, y = jnp.asarray(initial[0]), jnp.asarray(initial[1])
+        m_prev = int(X.shape[0])
     for rec in records:
         start = time.perf_counter()
         particles = jnp.asarray(rec.particles)
@@ -504,8 +514,8 @@ def progressive_attack(model: MetaGP, records, key: Array, config: ProgressiveCo
             k = m - m_prev
             if k < 1:
                 raise ValueError(f"round {rec.round}: m must grow between records ({m_prev} -> {m})")
-            Xp = jnp.zeros((M, X.shape[1]), particles.dtype).at[:m_prev].set(X[:m_prev])
-            yp = jnp.zeros((M,), particles.dtype).at[:m_prev].set(y[:m_prev])
+            Xp = jnp.zeros((M, X.shape[1]), particles.dtype).at[:m_prev].set(jnp.asarray(X[:m_prev], particles.dtype))
+            yp = jnp.zeros((M,), particles.dtype).at[:m_prev].set(jnp.asarray(y[:m_prev], particles.dtype))
             best = None
             for tries in range(1, config.tries + 1):
                 cand = _extend_jit(model, config, k, jax.random.fold_in(k_round, tries), particles, grads, Xp, yp, m_prev)

@@ -38,24 +38,25 @@ def test_standardise_free_matches_the_clients_standardisation_and_is_affine_inva
 
 def test_progressive_attack_recovers_a_growing_known_case():
     """3 points at round 0, one more per round for 3 rounds (one particle, float64):
-    every round's reconstruction matches the truth."""
+    every round's reconstruction matches the truth. The from-scratch first round
+    is run_attack (tested in test_attack.py); here the attacker starts with
+    round 0's points (``initial``) and must find each new point and the
+    re-standardised values itself."""
     with jax.enable_x64(True):
         model = _model()
         X_all = jnp.array([[0.2, 0.7], [0.8, 0.3], [0.5, 0.5], [0.35, 0.15], [0.9, 0.85], [0.62, 0.4]], jnp.float64)
         raw = jnp.array([1.0, -1.2, 0.2, 0.7, -0.4, 1.6], jnp.float64)
         records, truths = [], []
-        for t, m in enumerate(range(3, 7)):
+        for t, m in enumerate(range(4, 7), start=1):
             phi = model.sample_hyperprior(jax.random.key(10 + t), 1, jnp.float64)  # particles move between rounds
             y = attack.standardise_free(raw[:m])
             records.append(Record(t, 0, m, np.asarray(phi), np.asarray(attack.dummy_gradients(model, phi, X_all[:m], y)), None))
             truths.append((X_all[:m], y))
-        cfg = attack.ProgressiveConfig(
-            first=attack.AttackConfig(restarts=4, steps=300, init="uniform", bounded=True),
-            candidates=8, search_steps=60, search_particles=None, refine_steps=30,
-        )
+        cfg = attack.ProgressiveConfig(candidates=8, search_steps=40, search_particles=None, refine_steps=20, pad=8)
         seen = []
-        steps = attack.progressive_attack(model, records, jax.random.key(0), cfg, on_step=seen.append)
-        assert [s.round for s in steps] == [0, 1, 2, 3] and len(seen) == 4
+        initial = (X_all[:3], attack.standardise_free(raw[:3]))
+        steps = attack.progressive_attack(model, records, jax.random.key(0), cfg, on_step=seen.append, initial=initial)
+        assert [s.round for s in steps] == [1, 2, 3] and len(seen) == 3
         for step, (X_true, y_true) in zip(steps, truths):
             assert step.X.shape == X_true.shape and step.time_s > 0
             err, r, c = _matched_max(step.X, X_true)
