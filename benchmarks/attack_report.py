@@ -96,6 +96,8 @@ def main(argv=None) -> int:
     names = args.variants.split(",")
     if "progressive" in names:  # the progressive attacker needs every round up to the last
         rounds = tuple(range(0, max(rounds) + 1))
+    elif "newpoint" in names:  # and the round before each
+        rounds = tuple(sorted(set(rounds) | {t - 1 for t in rounds if t > 0}))
     start = time.perf_counter()
     config = RunConfig(benchmark="branin", iters=100, seeds=(args.seed,), x64=not args.float32)
     spec = intercept.InterceptSpec(0, rounds)
