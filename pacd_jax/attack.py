@@ -344,6 +344,7 @@ class ProgressiveConfig:
     tries: int = 3
     tol: float = 1e-8
     pad: int = 32
+    repair_passes: int = 2
     memory: int = 10
 
     def __post_init__(self):
@@ -351,6 +352,8 @@ class ProgressiveConfig:
             raise ValueError(f"local_fraction must be in [0, 1], got {self.local_fraction!r}")
         if not self.local_scale > 0:
             raise ValueError(f"local_scale must be > 0, got {self.local_scale!r}")
+        if not isinstance(self.repair_passes, int) or self.repair_passes < 0:
+            raise ValueError(f"repair_passes must be a non-negative integer, got {self.repair_passes!r}")
         for name in ("candidates", "search_steps", "tries", "pad"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
@@ -446,6 +449,22 @@ def _extend(model: MetaGP, config: ProgressiveConfig, k: int, key, particles, gr
 _extend_jit = jax.jit(_extend, static_argnums=(0, 1, 2))
 
 
+def _repair(model, config: ProgressiveConfig, key, particles, grads, X, y, loss, target: float, M: int):
+    """Re-search each point of a from-scratch reconstruction with the others fixed; keep improvements."""
+    m, d = X.shape
+    for p in range(config.repair_passes):
+        for j in range(m):
+            if not loss > target:
+                return X, y, loss
+            keep = np.r_[0:j, j + 1 : m]
+            Xp = jnp.zeros((M, d), particles.dtype).at[: m - 1].set(X[keep])
+            yp = jnp.zeros((M,), particles.dtype).at[: m - 1].set(standardise_free(y[keep]))
+            Xn, yn, ln, _ = _extend_jit(model, config, 1, jax.random.fold_in(key, 1000 * (p + 1) + j), particles, grads, Xp, yp, m - 1)
+            if np.isfinite(float(ln)) and float(ln) < loss:
+                X, y, loss = Xn[:m], yn[:m], float(ln)
+    return X, y, loss
+
+
 class ProgressiveStep(NamedTuple):
     """The progressive attack's reconstruction at one intercepted round (NumPy, float64).
 
@@ -510,6 +529,7 @@ def progressive_attack(
             res = run_attack(model, particles, grads, m, k_round, config.first)
             X, y = jnp.asarray(res.X, particles.dtype), jnp.asarray(res.y, particles.dtype)
             loss, losses, tries = res.loss, res.losses, 1
+            X, y, loss = _repair(model, config, k_round, particles, grads, X, y, loss, config.tol * scale, M)
         else:
             k = m - m_prev
             if k < 1:

@@ -76,5 +76,7 @@ def test_progressive_config_validates():
         attack.ProgressiveConfig(candidates=0)
     with pytest.raises(ValueError, match="local_fraction"):
         attack.ProgressiveConfig(local_fraction=1.5)
+    with pytest.raises(ValueError, match="repair_passes"):
+        attack.ProgressiveConfig(repair_passes=-1)
     with pytest.raises(ValueError, match="first round"):
         attack.ProgressiveConfig(first=attack.AttackConfig(cosine=True))
