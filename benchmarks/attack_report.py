@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     rounds = tuple(int(t) for t in args.rounds.split(","))
     report_rounds = rounds
     names = args.variants.split(",")
-    if "progressive" in names:  # the progressive attacker needs every round up to the last
+    if "progressive" in names or "progressive_known_init" in names:  # every round up to the last
         rounds = tuple(range(0, max(rounds) + 1))
     elif "newpoint" in names:  # and the round before each
         rounds = tuple(sorted(set(rounds) | {t - 1 for t in rounds if t > 0}))
@@ -152,17 +152,20 @@ def main(argv=None) -> int:
                 result["variants"][name] = {"options": PROGRESSIVE, "start": "the truth at round t-1", "rounds": entries}
                 save()
             continue
-        if name == "progressive":
+        if name in ("progressive", "progressive_known_init"):
             entries = []
+            # progressive_known_init: a diagnostic attacker that knows the initial design (round 0's points)
+            initial = (truths[0].X, truths[0].y) if name == "progressive_known_init" else None
+            recs_, truths_ = (records[1:], truths[1:]) if initial is not None else (records, truths)
 
             def keep(e):
                 entries.append(e)
                 print(name, json.dumps({k: e.get(k) for k in ("round", "m", "loss", "rel_loss", "tries", "matched_rmse", "rmse_ratio", "recall_at_r", "time_s", "cumulative_time_s")}), flush=True)
-                result["variants"][name] = {"options": PROGRESSIVE, "scored": "every round", "rounds": entries}
-                if e["round"] % 5 == 0:
-                    save()
+                result["variants"][name] = {"options": PROGRESSIVE, "scored": "every round", "rounds": entries,
+                                            "initial": "round 0's true points (diagnostic)" if initial is not None else "none (from scratch)"}
+                save()
 
-            leakage.progressive_entries(model, records, truths, progressive_config(), jax.random.key(args.seed), np.random.default_rng(args.seed), None, keep)
+            leakage.progressive_entries(model, recs_, truths_, progressive_config(), jax.random.key(args.seed), np.random.default_rng(args.seed), None, keep, initial)
             save()
             doc = {"benchmark": "branin", "target_client": 0, "dp": None, "rounds": [e for e in entries if e["round"] in report_rounds]}
             leakage.plot_leakage([doc], out_dir / "leakage.png")

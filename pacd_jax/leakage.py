@@ -82,13 +82,16 @@ def attack_record(
     }
 
 
-def progressive_entries(model, records, truths, pconfig: attack.ProgressiveConfig, key, rng: np.random.Generator, report=None, on_round=None) -> list[dict]:
+def progressive_entries(
+    model, records, truths, pconfig: attack.ProgressiveConfig, key, rng: np.random.Generator, report=None, on_round=None, initial=None
+) -> list[dict]:
     """Attack consecutive records with :func:`pacd_jax.attack.progressive_attack` (float64) and score them.
 
     Args:
         records, truths: every round from the first attacked one to the last
             (the attacker follows the target round after round).
         report: rounds to score and return (None: all).
+        initial: passed to :func:`pacd_jax.attack.progressive_attack` (diagnostics).
 
     Returns:
         ``attack.json`` entries as :func:`attack_record`'s, plus ``rel_loss``
@@ -132,7 +135,7 @@ def progressive_entries(model, records, truths, pconfig: attack.ProgressiveConfi
 
     with jax.enable_x64(True):
         recs64 = [r._replace(particles=np.asarray(r.particles, np.float64), grads=np.asarray(r.grads, np.float64)) for r in records]
-        attack.progressive_attack(model, recs64, key, pconfig, on_step=step)
+        attack.progressive_attack(model, recs64, key, pconfig, on_step=step, initial=initial)
     return out
 
 
