@@ -493,7 +493,7 @@ def progressive_attack(
 
     Args:
         records: messages in round order, each with ``round, m, particles, grads``
-            (:class:`pacd_jax.intercept.Record`); ``m`` must not decrease.
+            (:class:`pacd_jax.intercept.Record`); ``m`` must grow between records.
             Consecutive rounds add one point each; a gap of ``g`` rounds
             searches ``g`` new points at once (harder).
         key: PRNG key; round ``t`` uses ``fold_in(key, t)``.
