@@ -11,6 +11,13 @@ provenance, and Figure 3 / Figure 4 (left) of the main variant under
 ``benchmarks/results/attack_branin/``.
 
     PYTHONPATH=. python benchmarks/attack_report.py
+
+The ``progressive`` variant (:func:`pacd_jax.attack.progressive_attack`)
+follows the target through every round from 0 to the last listed one and
+scores every round; run it alone into its own file:
+
+    PYTHONPATH=. python benchmarks/attack_report.py --variants progressive \
+        --out benchmarks/results/attack_branin_progressive.json
 """
 
 from __future__ import annotations
@@ -41,6 +48,15 @@ VARIANTS = {
     "cosine_box": (dict(restarts=5, steps=500, init="uniform", bounded=True, cosine=True), (5, 99)),
     "one_particle": (dict(restarts=5, steps=500, init="uniform", particles=1), (5, 99)),
 }
+
+
+#: the progressive attacker's options (see pacd_jax.attack.ProgressiveConfig)
+PROGRESSIVE = dict(first=dict(restarts=64, steps=300, init="uniform", bounded=True, particles=2), candidates=16,
+                   search_steps=40, search_particles=2, refine_steps=30, tries=3)
+
+
+def progressive_config(opts=PROGRESSIVE) -> attack.ProgressiveConfig:
+    return attack.ProgressiveConfig(**{**opts, "first": attack.AttackConfig(**opts["first"])})
 
 
 def basin(model, rec, truth, radii, steps, seed) -> list[dict]:
@@ -76,6 +92,12 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "attack_branin.json"))
     args = parser.parse_args(argv)
     rounds = tuple(int(t) for t in args.rounds.split(","))
+    report_rounds = rounds
+    names = args.variants.split(",")
+    if "progressive" in names or "progressive_known_init" in names:  # every round up to the last
+        rounds = tuple(range(0, max(rounds) + 1))
+    elif "newpoint" in names:  # and the round before each
+        rounds = tuple(sorted(set(rounds) | {t - 1 for t in rounds if t > 0}))
     start = time.perf_counter()
     config = RunConfig(benchmark="branin", iters=100, seeds=(args.seed,), x64=not args.float32)
     spec = intercept.InterceptSpec(0, rounds)
@@ -108,13 +130,53 @@ def main(argv=None) -> int:
                 print("basin", rec.round, result["basin"][str(rec.round)], flush=True)
                 save()
 
-    for name in args.variants.split(","):
+    for name in names:
+        if name == "newpoint":
+            # diagnostic: the attacker has round t-1's points exactly; can it find round t's new one?
+            entries = []
+            pcfg = progressive_config()
+            by_round = {rec.round: (rec, truth) for rec, truth in zip(records, truths)}
+            for t in report_rounds:
+                if t == 0 or t not in by_round or t - 1 not in by_round:
+                    continue
+                rec, truth = by_round[t]
+                _, prev = by_round[t - 1]
+                with jax.enable_x64(True):
+                    (s,) = attack.progressive_attack(model, [rec], jax.random.key(args.seed), pcfg, initial=(prev.X, prev.y))
+                err = float(np.linalg.norm(s.X[-1] - truth.X[-1]))
+                nn = float(np.min(np.linalg.norm(prev.X - truth.X[-1], axis=1)))
+                e = {"round": t, "m": rec.m, "new_point_error": err, "new_point_nn_distance": nn, "rel_loss": s.rel_loss, "tries": s.tries,
+                     "matched_rmse": metrics.matched_rmse(s.X, truth.X), "time_s": s.time_s, "r": metrics.default_radius(2)}
+                entries.append(e)
+                print(name, json.dumps(e), flush=True)
+                result["variants"][name] = {"options": PROGRESSIVE, "start": "the truth at round t-1", "rounds": entries}
+                save()
+            continue
+        if name in ("progressive", "progressive_known_init"):
+            entries = []
+            # progressive_known_init: a diagnostic attacker that knows the initial design (round 0's points)
+            initial = (truths[0].X, truths[0].y) if name == "progressive_known_init" else None
+            recs_, truths_ = (records[1:], truths[1:]) if initial is not None else (records, truths)
+
+            def keep(e):
+                entries.append(e)
+                print(name, json.dumps({k: e.get(k) for k in ("round", "m", "loss", "rel_loss", "tries", "matched_rmse", "rmse_ratio", "recall_at_r", "time_s", "cumulative_time_s")}), flush=True)
+                result["variants"][name] = {"options": PROGRESSIVE, "scored": "every round", "rounds": entries,
+                                            "initial": "round 0's true points (diagnostic)" if initial is not None else "none (from scratch)"}
+                save()
+
+            leakage.progressive_entries(model, recs_, truths_, progressive_config(), jax.random.key(args.seed), np.random.default_rng(args.seed), None, keep, initial)
+            save()
+            doc = {"benchmark": "branin", "target_client": 0, "dp": None, "rounds": [e for e in entries if e["round"] in report_rounds]}
+            leakage.plot_leakage([doc], out_dir / "leakage.png")
+            leakage.plot_dispersion([doc], out_dir / "dispersion_vs_round.png")
+            continue
         opts, only = VARIANTS[name]
         cfg = attack.AttackConfig(**opts)
         rng = np.random.default_rng(args.seed)
         entries = []
         for rec, truth in zip(records, truths):
-            if only is not None and rec.round not in only:
+            if (only is not None and rec.round not in only) or rec.round not in report_rounds:
                 continue
             e = leakage.attack_record(model, rec, truth, cfg, jax.random.fold_in(jax.random.key(args.seed), rec.round), rng)
             entries.append(e)

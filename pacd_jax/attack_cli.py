@@ -38,6 +38,21 @@ def add_parser(sub, helpers) -> None:
     a.add_argument("--normalise", action="store_true", help="divide eq. 11 by the squared norm of the message")
     a.add_argument("--box", action="store_true", help="keep the dummy points in the unit box (X = sigmoid(u))")
     a.add_argument("--attack-particles", type=helpers["positive_int"], help="attack with the first k particles only (default all K)")
+    g = p.add_argument_group(
+        "progressive attacker",
+        "--attack-mode progressive: the coordinator follows the target every round from min(--rounds) to max(--rounds): "
+        "it reconstructs the first round from scratch (--first-restarts starts, uniform on the box, --steps L-BFGS steps), "
+        "then keeps its reconstruction and searches only each round's new point (--new-candidates starts, half near earlier points, "
+        "--search-steps steps on --search-particles particles), refines all points jointly (--joint-steps), and retries with fresh "
+        "candidates (--tries) while the loss is above 1e-8 of the message's squared norm. The listed rounds are scored.",
+    )
+    g.add_argument("--attack-mode", choices=("paper", "progressive"), default="paper", help="paper: each listed round from scratch (default); progressive: warm-started round after round")
+    g.add_argument("--first-restarts", type=helpers["positive_int"], default=64, help="restarts of the progressive attack's first round (default %(default)s)")
+    g.add_argument("--new-candidates", type=helpers["positive_int"], default=16, help="starts per new point (default %(default)s)")
+    g.add_argument("--search-steps", type=helpers["positive_int"], default=40, help="L-BFGS steps of the new-point search (default %(default)s)")
+    g.add_argument("--search-particles", type=helpers["positive_int"], default=2, help="particles used by the new-point search (default %(default)s)")
+    g.add_argument("--joint-steps", type=helpers["nonneg_int"], default=30, help="joint L-BFGS steps on all points after the search (default %(default)s)")
+    g.add_argument("--tries", type=helpers["positive_int"], default=3, help="candidate batches per round at most (default %(default)s)")
     dp = p.add_argument_group("defense")
     dp.add_argument("--dp-sigma", type=helpers["float"], default=0.0, help="DP noise multiplier sigma (paper eq. 13); > 0 also runs and plots the DP case (default off)")
     dp.add_argument("--dp-clip", type=helpers["float"], default=d.dp_clip, help="DP clip norm C (paper eq. 12; default %(default)s)")
@@ -85,6 +100,14 @@ def cmd_attack(args, usage_error) -> int:
         cosine=args.cosine, normalise=args.normalise, particles=args.attack_particles, bounded=args.box,
     )
 
+    prog = None
+    if args.attack_mode == "progressive":
+        prog = attack.ProgressiveConfig(
+            first=attack.AttackConfig(restarts=args.first_restarts, steps=args.steps, init="uniform", bounded=True),
+            candidates=args.new_candidates, search_steps=args.search_steps, search_particles=args.search_particles,
+            refine_steps=args.joint_steps, tries=args.tries,
+        )
+
     def show(entry):
         if not args.quiet and entry.get("error"):
             tqdm.write(f"round {entry['round']:3d}  m={entry['m']:3d}  {entry['error']}", file=sys.stdout)
@@ -114,7 +137,8 @@ def cmd_attack(args, usage_error) -> int:
                 bars["attack"].update(1)
 
         try:
-            return leakage.run_leakage(config, args.target_client, args.rounds, cfg, on_round=on_attack, on_bo_round=on_bo_round)
+            return leakage.run_leakage(config, args.target_client, args.rounds, cfg, on_round=on_attack, on_bo_round=on_bo_round,
+                                         progressive=prog)
         finally:
             for b in bars.values():
                 b.close()

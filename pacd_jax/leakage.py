@@ -82,6 +82,63 @@ def attack_record(
     }
 
 
+def progressive_entries(
+    model, records, truths, pconfig: attack.ProgressiveConfig, key, rng: np.random.Generator, report=None, on_round=None, initial=None
+) -> list[dict]:
+    """Attack consecutive records with :func:`pacd_jax.attack.progressive_attack` (float64) and score them.
+
+    Args:
+        records, truths: every round from the first attacked one to the last
+            (the attacker follows the target round after round).
+        report: rounds to score and return (None: all).
+        initial: passed to :func:`pacd_jax.attack.progressive_attack` (diagnostics).
+
+    Returns:
+        ``attack.json`` entries as :func:`attack_record`'s, plus ``rel_loss``
+        (loss / sum_k ||A_k||^2), ``tries`` and ``cumulative_time_s`` (the
+        attacker's time from the first round up to this one; ``time_s`` is
+        this round's share).
+    """
+    truth_of = {rec.round: t for rec, t in zip(records, truths)}
+    wanted = None if report is None else set(int(t) for t in report)
+    out, total = [], [0.0]
+    pick = ("matched_rmse", "chamfer", "recall_at_r", "precision_at_r", "dispersion")
+
+    def step(s):
+        total[0] += s.time_s
+        if wanted is not None and s.round not in wanted:
+            return
+        truth = truth_of[s.round]
+        scores = metrics.reconstruction_scores(s.X, truth.X)
+        uniform = metrics.no_information_baseline(truth.X, rng, "uniform")
+        init = metrics.no_information_baseline(truth.X, rng, "init")
+        entry = {
+            "round": int(s.round),
+            "m": int(len(s.X)),
+            "loss": float(s.loss),
+            "rel_loss": float(s.rel_loss),
+            "tries": int(s.tries),
+            **scores,
+            "baseline": {k: uniform[k] for k in pick},
+            "baseline_init": {k: init[k] for k in pick},
+            "rmse_ratio": scores["matched_rmse"] / uniform["matched_rmse"],
+            "true_dispersion": metrics.dispersion(truth.X),
+            "restart_losses": [float(v) if np.isfinite(v) else None for v in np.ravel(s.search_losses)],
+            "time_s": float(s.time_s),
+            "cumulative_time_s": float(total[0]),
+            "X_true": truth.X.tolist(),
+            "X_rec": s.X.tolist(),
+        }
+        out.append(entry)
+        if on_round is not None:
+            on_round(entry)
+
+    with jax.enable_x64(True):
+        recs64 = [r._replace(particles=np.asarray(r.particles, np.float64), grads=np.asarray(r.grads, np.float64)) for r in records]
+        attack.progressive_attack(model, recs64, key, pconfig, on_step=step, initial=initial)
+    return out
+
+
 def run_leakage(
     config: RunConfig,
     target: int,
@@ -91,6 +148,7 @@ def run_leakage(
     on_round=None,
     on_bo_round=None,
     on_run=None,
+    progressive: attack.ProgressiveConfig | None = None,
 ) -> dict:
     """Run, intercept and attack; returns the ``attack.json`` document for one seed.
 
@@ -101,8 +159,18 @@ def run_leakage(
         on_bo_round: ``on_bo_round(rounds_done, rounds_total)`` after each BO round of the run (progress).
         on_run: ``on_run(results)`` with the run's :class:`pacd_jax.loop.SeedResults`
             once the run is done, before any attack (the regret of the very run attacked).
+        progressive: use the progressive attacker (:class:`pacd_jax.attack.ProgressiveConfig`)
+            instead of ``attack_config``'s from-scratch one: every round from
+            ``min(rounds)`` to ``max(rounds)`` is intercepted and followed,
+            the listed rounds are scored.
     """
-    spec = intercept.InterceptSpec(int(target), tuple(int(t) for t in rounds))
+    rounds = tuple(int(t) for t in rounds)
+    if progressive is not None:
+        rounds = tuple(range(min(rounds), max(rounds) + 1)), rounds
+        rounds, report = rounds
+    else:
+        report = None
+    spec = intercept.InterceptSpec(int(target), rounds)
     spec.check(config)
     seed = config.seeds[0]
     ctx = jax.enable_x64(True) if config.x64 else contextlib.nullcontext()
@@ -115,33 +183,49 @@ def run_leakage(
     model = methods.meta_gp(config, int(records[0].bounds.shape[0]))
     rng = np.random.default_rng(seed)
     out = []
-    for rec, truth in zip(records, truths):
+    if progressive is not None:
+        if not all(np.all(np.isfinite(r.grads)) and np.all(np.isfinite(r.particles)) for r in records):
+            raise ValueError("an intercepted message is not finite (the run's particles diverged); the progressive attack needs every round")
+        out = progressive_entries(model, records, truths, progressive, jax.random.key(seed), rng, report, on_round)
+    for rec, truth in zip(records, truths) if progressive is None else ():
         key = jax.random.fold_in(jax.random.key(seed), rec.round)
         entry = attack_record(model, rec, truth, attack_config, key, rng)
         out.append(entry)
         if on_round is not None:
             on_round(entry)
+    attack_doc = {
+        "mode": "paper",
+        "restarts": attack_config.restarts,
+        "steps": attack_config.steps,
+        "learn_y": attack_config.learn_y,
+        "init": attack_config.init,
+        "cosine": attack_config.cosine,
+        "normalise": attack_config.normalise,
+        "particles": attack_config.particles,
+        "bounded": attack_config.bounded,
+        "precision": "float64",
+    }
+    if progressive is not None:
+        attack_doc = {"mode": "progressive", **progressive_options(progressive), "precision": "float64"}
     return {
         "benchmark": config.benchmark,
         "target_client": int(target),
         "seed": int(seed),
         "dp": {"sigma": config.dp_sigma, "clip": config.dp_clip} if config.dp_sigma > 0 else None,
-        "attack": {
-            "restarts": attack_config.restarts,
-            "steps": attack_config.steps,
-            "learn_y": attack_config.learn_y,
-            "init": attack_config.init,
-            "cosine": attack_config.cosine,
-            "normalise": attack_config.normalise,
-            "particles": attack_config.particles,
-            "bounded": attack_config.bounded,
-            "precision": "float64",
-        },
+        "attack": attack_doc,
         "radius_fraction": metrics.RADIUS_FRACTION,
         "run_time_s": run_time,
         "config": config.to_dict(),
         "rounds": out,
     }
+
+
+def progressive_options(p: attack.ProgressiveConfig) -> dict:
+    """The progressive attacker's options as JSON."""
+    import dataclasses
+
+    out = dataclasses.asdict(p)
+    return out
 
 
 # -- figures -------------------------------------------------------------------------

@@ -52,3 +52,19 @@ def test_a_non_finite_message_is_reported_not_attacked():
     truth = intercept.Truth(np.random.default_rng(0).uniform(size=(4, 2)), np.zeros(4))
     e = leakage.attack_record(model, rec, truth, attack.AttackConfig(), None, np.random.default_rng(0))
     assert "not finite" in e["error"] and e["matched_rmse"] is None and e["X_rec"] is None
+
+
+def test_progressive_mode_follows_every_round_and_scores_the_listed_ones(tmp_path):
+    out = tmp_path / "p"
+    args = ["attack", "--attack-mode", "progressive", "--rounds", "0,2", *TINY, "--iters", "3",
+            "--first-restarts", "2", "--new-candidates", "2", "--search-steps", "3", "--joint-steps", "2", "--tries", "1"]
+    assert cli.main([*args, "--out", str(out)]) == 0
+    doc = json.loads((out / "attack.json").read_text())
+    assert doc["attack"]["mode"] == "progressive" and doc["attack"]["candidates"] == 2
+    assert [e["round"] for e in doc["rounds"]] == [0, 2]
+    assert [e["m"] for e in doc["rounds"]] == [5, 7]  # Branin: 5 initial points, one per round
+    first, last = doc["rounds"]
+    assert last["cumulative_time_s"] >= first["cumulative_time_s"] + last["time_s"] - 1e-9
+    for e in doc["rounds"]:
+        assert e["rmse_ratio"] >= 0 and e["tries"] == 1 and "rel_loss" in e
+        assert all(0.0 <= v <= 1.0 for p in e["X_rec"] for v in p)
