@@ -30,13 +30,11 @@ run: $(STAMP)
 
 # The suite (two pytest-xdist workers: most tests wait on compiles and MPI
 # subprocesses, so two workers keep both cores busy; work stealing keeps a
-# long test at the end from idling the other worker; each worker's XLA runs
-# on one thread, so the two do not fight over the two cores), then the rank-level
+# long test at the end from idling the other worker), then the rank-level
 # channel tests inside MPI jobs of 2, 3 and 6 ranks (each rank runs pytest; a
 # hang is cut off by the timeout).
 test: $(STAMP)
-	XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \
-	    PATH=$(BIN):$$PATH $(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=15
+	PATH=$(BIN):$$PATH $(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=15
 	for n in 2 3 6; do \
 	    PATH=$(BIN):$$PATH timeout 300 $(BIN)/mpiexec -n $$n $(BIN)/python -m pytest -q -p no:cacheprovider tests/mpi || exit 1; \
 	done
