@@ -80,8 +80,8 @@ def _run_cells(todo: list, jobs: int, xla_flags: str | None):
     import tempfile
 
     env = dict(os.environ)
-    if xla_flags is not None:
-        env["XLA_FLAGS"] = xla_flags
+    if xla_flags is not None:  # after the caller's own flags, so the worker's win where both set one
+        env["XLA_FLAGS"] = " ".join(f for f in (os.environ.get("XLA_FLAGS", "").strip(), xla_flags) if f)
         env.setdefault("OMP_NUM_THREADS", "1")
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

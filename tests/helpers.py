@@ -1,5 +1,10 @@
 """Shared small settings and user-style task families for the loop, API and CLI tests."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -22,6 +27,21 @@ SMALL = dict(
 
 def small_config(**changes) -> RunConfig:
     return RunConfig(**{**SMALL, "iters": 3, **changes})
+
+
+def run_fully_optimised(code: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run Python ``code`` in a fresh process whose XLA backend optimises fully.
+
+    ``make test`` turns XLA's backend optimisation off (most tests compile far
+    more than they run); a test that runs a long jitted loop does better with
+    it on, and XLA's flags are fixed once per process.
+    """
+    env = dict(os.environ)
+    flags = [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith("--xla_backend_optimization_level")]
+    env["XLA_FLAGS"] = " ".join(flags)
+    tests_dir = str(Path(__file__).resolve().parent)
+    env["PYTHONPATH"] = os.pathsep.join([tests_dir, str(Path(tests_dir).parent), env.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
 
 
 class Shifted(tasks.TaskFamily):
