@@ -9,11 +9,15 @@ separately times the two halves of a round on the final state: the method's
     python bench/full_run.py --json bench/results/full_run.json                 # Hartmann-6, PACD-BO, T = 100
     python bench/full_run.py --benchmarks hartmann6,branin --methods pacd,independent --json out.json
     python bench/full_run.py --quick --json /tmp/full_run.json                  # T = 3, small settings
+    python bench/full_run.py --estimate-table --seeds 10 --json bench/results/table_estimate.json   # Table I's cost
 
 Records: ``run-<benchmark>-<method>-T<T>`` with ``median_ms`` the wall time
 of the whole run (compile excluded; ``compile_s`` is the first run's extra
 time), and ``config.learn_ms`` / ``config.propose_ms``, the time of one
 round's halves at the end of the run (``m0 + T`` points per client).
+With ``--estimate-table``: ``estimate-<benchmark>-<method>-T<T>-S<seeds>``,
+one Table I cell's estimated wall time (:func:`estimate_cell`), and
+``estimate-table-T<T>-S<seeds>``, their sum.
 """
 
 from __future__ import annotations
@@ -28,17 +32,80 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 
-def time_run(benchmark: str, method: str, iters: int, seeds: int, quick: bool) -> dict:
+SMALL = dict(num_particles=3, hidden=(8, 8), svgd_steps=5, svgd_steps_init=20, num_candidates=64, num_local=16,
+             num_refine=2, refine_steps=5, gp_fit_steps=10)
+
+
+def round_timer(config):
+    """``time(round_idx) -> {"learn_ms", "propose_ms", "count"}``: one round's halves, one seed, all clients.
+
+    The buffers hold ``m0 + round_idx`` valid rows of random data (the cost
+    depends on the sizes, not on the values); round 0's ``learn`` runs the
+    initial SVGD steps. ``learn`` and ``propose`` are compiled once (the
+    round and the count are traced).
+    """
     import jax
     import jax.numpy as jnp
     import numpy as np
 
-    from pacd_jax import experiment, loop, methods, tasks
+    from pacd_jax import loop, methods, tasks
+
+    fam = tasks.make(config.benchmark, num_clients=config.num_clients, seed=0)
+    problem, params = loop.problem_from_family(fam, config.iters, config.init_points, config.noise_std)
+    method_fns = methods.build(config, problem.dim)
+    seed = jnp.asarray(0, jnp.int32)
+    state = jax.jit(lambda s, p: loop.initial_state(problem, method_fns, s, p, jnp.float32))(seed, params)
+    rng = np.random.default_rng(0)
+    X = jnp.asarray(rng.uniform(size=state.buffers.X.shape), jnp.float32)
+    y = jnp.asarray(rng.normal(size=state.buffers.y.shape), jnp.float32)
+    learn = jax.jit(method_fns.learn)
+    propose = jax.jit(method_fns.propose)
+
+    def time_round(round_idx: int, repeats: int = 3) -> dict:
+        count = problem.init_points + round_idx
+        buffers = state.buffers._replace(X=X, y=y, count=jnp.full_like(state.buffers.count, count))
+        idx = jnp.asarray(round_idx, jnp.int32)
+        model = learn(state.model, buffers, idx)
+        keys_ = problem.client_keys(seed, "propose", idx)
+        _, learn_t = common.time_call(lambda: learn(state.model, buffers, idx), repeats)
+        _, propose_t = common.time_call(lambda: propose(model, buffers, keys_), repeats)
+        return {"learn_ms": 1e3 * float(np.median(learn_t)), "propose_ms": 1e3 * float(np.median(propose_t)),
+                "count": count}
+
+    return time_round
+
+
+def estimate_cell(benchmark: str, method: str, iters: int, seeds: int, quick: bool) -> dict:
+    """Estimated wall time of one Table I cell (``seeds`` seeds of ``iters`` rounds), from three measured rounds.
+
+    Round 0 (initial SVGD steps) is timed on its own; the cost of rounds
+    1..T-1 is taken as linear in the round between those measured at round 1
+    and round T-1 (the step cost grows as m^1.2, bench/svgd_step.py, so a
+    straight line slightly overestimates); seeds are counted as independent
+    work (the table's single-threaded workers gain little from vectorising
+    them). The evaluation of the objectives is negligible next to these.
+    """
     from pacd_jax.config import RunConfig
 
-    small = dict(num_particles=3, hidden=(8, 8), svgd_steps=5, svgd_steps_init=20, num_candidates=64, num_local=16,
-                 num_refine=2, refine_steps=5, gp_fit_steps=10) if quick else {}
-    config = RunConfig(benchmark=benchmark, method=method, iters=iters, seeds=tuple(range(seeds)), **small)
+    config = RunConfig(benchmark=benchmark, method=method, iters=iters, **(SMALL if quick else {}))
+    time_round = round_timer(config)
+    first, second, last = (time_round(t) for t in (0, 1, iters - 1))
+    per_round = lambda h: h["learn_ms"] + h["propose_ms"]  # noqa: E731
+    one_seed_ms = per_round(first) + (iters - 1) * 0.5 * (per_round(second) + per_round(last))
+    return common.record(
+        f"estimate-{benchmark}-{method}-T{iters}-S{seeds}",
+        {"benchmark": benchmark, "method": method, "iters": iters, "seeds": seeds, "quick": quick,
+         "round0": first, "round1": second, "last_round": last, "one_seed_s": one_seed_ms / 1e3},
+        [seeds * one_seed_ms / 1e3], 0.0,
+    )
+
+
+def time_run(benchmark: str, method: str, iters: int, seeds: int, quick: bool) -> dict:
+    from pacd_jax import experiment
+    from pacd_jax.config import RunConfig
+
+    config = RunConfig(benchmark=benchmark, method=method, iters=iters, seeds=tuple(range(seeds)),
+                       **(SMALL if quick else {}))
     t0 = time.perf_counter()
     experiment.run(config)
     first = time.perf_counter() - t0
@@ -46,27 +113,11 @@ def time_run(benchmark: str, method: str, iters: int, seeds: int, quick: bool) -
     experiment.run(config)
     wall = time.perf_counter() - t0
 
-    # the halves of one round, on a state with the buffers full (the run's last round)
-    fam = tasks.make(benchmark, num_clients=config.num_clients, seed=0)
-    problem, params = loop.problem_from_family(fam, iters, config.init_points, config.noise_std)
-    method_fns = methods.build(config, problem.dim)
-    seed = jnp.asarray(0, jnp.int32)
-    state = jax.jit(lambda s, p: loop.initial_state(problem, method_fns, s, p, jnp.float32))(seed, params)
-    rng = np.random.default_rng(0)
-    X = jnp.asarray(rng.uniform(size=state.buffers.X.shape), jnp.float32)
-    y = jnp.asarray(rng.normal(size=state.buffers.y.shape), jnp.float32)
-    buffers = state.buffers._replace(X=X, y=y, count=jnp.full_like(state.buffers.count, problem.capacity - 1))
-    last = jnp.asarray(iters - 1, jnp.int32)
-    learn = jax.jit(method_fns.learn)
-    propose = jax.jit(method_fns.propose)
-    model = learn(state.model, buffers, last)
-    keys_ = problem.client_keys(seed, "propose", last)
-    _, learn_t = common.time_call(lambda: learn(state.model, buffers, last), 3)
-    _, propose_t = common.time_call(lambda: propose(model, buffers, keys_), 3)
+    halves = round_timer(config)(iters - 1)
     rec = common.record(
         f"run-{benchmark}-{method}-T{iters}",
         {"benchmark": benchmark, "method": method, "iters": iters, "seeds": seeds, "clients": config.num_clients,
-         "quick": quick, "learn_ms": 1e3 * float(np.median(learn_t)), "propose_ms": 1e3 * float(np.median(propose_t))},
+         "quick": quick, "learn_ms": halves["learn_ms"], "propose_ms": halves["propose_ms"]},
         [wall], max(first - wall, 0.0),
     )
     return rec
@@ -80,17 +131,40 @@ def main(argv=None) -> int:
     parser.add_argument("--iters", type=int, default=100, help="BO rounds T (default 100)")
     parser.add_argument("--seeds", type=int, default=1, help="seeds, vectorised in one run (default 1)")
     parser.add_argument("--quick", action="store_true", help="T = 3 with small settings (for tests)")
+    parser.add_argument("--estimate-table", action="store_true",
+                        help="estimate each (benchmark, method) cell of a --seeds-seed Table I grid from three timed "
+                             "rounds instead of timing whole runs; with the default lists, the paper's full grid")
     args = parser.parse_args(argv)
     if args.quick:
         args.iters = 3
     records = []
-    for benchmark in args.benchmarks.split(","):
-        for method in args.methods.split(","):
-            rec = time_run(benchmark, method, args.iters, args.seeds, args.quick)
-            records.append(rec)
-            c = rec["config"]
-            print(f"{rec['name']:36s} {rec['median_ms'] / 1e3:7.1f} s  (compile {rec['compile_s']:.1f} s; "
-                  f"last round: learn {c['learn_ms']:.0f} ms, propose {c['propose_ms']:.0f} ms)", flush=True)
+    if args.estimate_table:
+        if "--benchmarks" not in (argv or sys.argv):
+            args.benchmarks = "sinusoid,branin,hartmann6,wingweight"
+        if "--methods" not in (argv or sys.argv):
+            args.methods = "independent,pacoh,pacd,cboc-u,cboc-l"
+        for benchmark in args.benchmarks.split(","):
+            for method in args.methods.split(","):
+                rec = estimate_cell(benchmark, method, args.iters, args.seeds, args.quick)
+                records.append(rec)
+                c = rec["config"]
+                print(f"{rec['name']:40s} {rec['median_ms'] / 6e4:8.1f} min  ({c['one_seed_s']:.1f} s per seed; rounds "
+                      f"0/1/last {c['round0']['learn_ms'] + c['round0']['propose_ms']:.0f}/"
+                      f"{c['round1']['learn_ms'] + c['round1']['propose_ms']:.0f}/"
+                      f"{c['last_round']['learn_ms'] + c['last_round']['propose_ms']:.0f} ms)", flush=True)
+        total_s = sum(r["median_ms"] for r in records) / 1e3
+        records.append(common.record(f"estimate-table-T{args.iters}-S{args.seeds}",
+                                     {"cells": len(records), "total_hours_one_process": total_s / 3600},
+                                     [total_s], 0.0))
+        print(f"whole grid: {total_s / 3600:.2f} h in one process", flush=True)
+    else:
+        for benchmark in args.benchmarks.split(","):
+            for method in args.methods.split(","):
+                rec = time_run(benchmark, method, args.iters, args.seeds, args.quick)
+                records.append(rec)
+                c = rec["config"]
+                print(f"{rec['name']:36s} {rec['median_ms'] / 1e3:7.1f} s  (compile {rec['compile_s']:.1f} s; "
+                      f"last round: learn {c['learn_ms']:.0f} ms, propose {c['propose_ms']:.0f} ms)", flush=True)
     common.write(args.json, records, "bench/full_run.py", argv)
     print(f"wrote {args.json}")
     return 0

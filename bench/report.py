@@ -21,6 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def _note(r: dict) -> str:
     """What a record's configuration adds: a sweep's fitted exponent, a run's split of a round."""
     c = r["config"]
+    if "one_seed_s" in c:
+        return f"≈ {r['median_ms'] / 6e4:.1f} min for {c['seeds']} seeds ({c['one_seed_s']:.1f} s per seed)"
+    if "total_hours_one_process" in c:
+        return f"≈ {c['total_hours_one_process']:.1f} h for all {c['cells']} cells, one after another"
     if "sweep" in c:
         return f"cost ~ {c['sweep']}^{c['fitted_exponent']:.2f} over the sweep"
     if "learn_ms" in c:

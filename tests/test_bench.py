@@ -67,6 +67,22 @@ def test_full_run_quick_writes_a_record(tmp_path):
     assert rec["name"] == "run-sinusoid-pacd-T3" and rec["config"]["learn_ms"] > 0 and rec["config"]["propose_ms"] > 0
 
 
+def test_full_run_table_estimate_sums_its_cells(tmp_path):
+    records = _run_script("full_run", ["--quick", "--estimate-table", "--benchmarks", "sinusoid", "--methods",
+                                       "pacd,independent", "--seeds", "4"], tmp_path)
+    _check_records(records)
+    *cells, total = records
+    assert [r["name"] for r in cells] == ["estimate-sinusoid-pacd-T3-S4", "estimate-sinusoid-independent-T3-S4"]
+    for r in cells:
+        c = r["config"]
+        assert [c[k]["count"] for k in ("round0", "round1", "last_round")] == [5, 6, 7]  # m0 = 5 in 1-D
+        one_round = lambda h: h["learn_ms"] + h["propose_ms"]  # noqa: E731
+        one_seed_ms = one_round(c["round0"]) + 2 * 0.5 * (one_round(c["round1"]) + one_round(c["last_round"]))
+        assert r["median_ms"] == pytest.approx(4 * one_seed_ms)
+    assert total["name"] == "estimate-table-T3-S4"
+    assert total["median_ms"] == pytest.approx(sum(r["median_ms"] for r in cells))
+
+
 def test_profile_step_quick_sums_time_by_kind(tmp_path):
     records = _run_script("profile_step", ["--quick"], tmp_path)
     _check_records(records)

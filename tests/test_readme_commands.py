@@ -311,7 +311,7 @@ def test_readme_command_runs_verbatim(command, tmp_path):
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["XLA_FLAGS"] = env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1
+    env["XLA_FLAGS"] = env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
     proc = subprocess.run(["bash", "-c", command.text], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=RUN_TIMEOUT_S)
     assert proc.returncode == 0, f"README.md:{command.line}: {command.text}\n{proc.stderr[-2000:]}"
