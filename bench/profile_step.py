@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 KINDS = ("matmul", "lapack", "elementwise", "layout", "other")
-_HOST = ("$", "Thunk", "Pjit", "Common", "SlinkyThreadPool", "TfrtCpu", "PjRt")
+_HOST = ("$", "Thunk", "Pjit", "Common", "SlinkyThreadPool", "TfrtCpu", "PjRt", "ExecuteReplicated", "shard_args")
 
 
 def kind_of(op: str) -> str:

@@ -124,9 +124,14 @@ def pacd(config: RunConfig, dim: int) -> Method:
         grads = jax.vmap(client.local_gradients, (None, None, 0, None, 0 if privacy.enabled else None))(
             learner.model, s.particles, buffers, privacy, step_keys
         )
-        coordinator.validate_gradients(grads, buffers.X.shape[0], s.particles, round_idx, step_idx)
         # ... and the coordinator aggregates them and moves the particles (eq. 7)
         return learner.coordinator_update(s, grads, beta), grads
+
+    def checked_step(j, carry, buffers, round_idx, dp_keys):
+        """``step`` with the coordinator's check of what it received (carry: ``(state, bad record)``)."""
+        s, bad = carry
+        new, grads = step(s, buffers, round_idx, j, dp_keys)
+        return new, coordinator.validate_gradients(grads, buffers.X.shape[0], s.particles, bad, j), grads
 
     def _check_keys(dp_keys):
         if privacy.enabled and dp_keys is None:
@@ -134,18 +139,21 @@ def pacd(config: RunConfig, dim: int) -> Method:
 
     def learn(state, buffers, round_idx, dp_keys=None):
         _check_keys(dp_keys)
-        one_step = lambda j, s: step(s, buffers, round_idx, j, dp_keys)[0]
-        return jax.lax.fori_loop(0, learner.num_steps(round_idx), one_step, state)
+        one_step = lambda j, carry: checked_step(j, carry, buffers, round_idx, dp_keys)[:2]
+        state, bad = jax.lax.fori_loop(0, learner.num_steps(round_idx), one_step, (state, coordinator.no_bad_gradient()))
+        coordinator.report_bad_gradients(bad, round_idx)
+        return state
 
     def learn_intercept(state, buffers, round_idx, target, dp_keys=None):
         """``learn`` that also returns what the coordinator saw in the round's last step:
         ``(state, (particles broadcast, target's (K, P) message as sent, DP included))``."""
         _check_keys(dp_keys)
         n = learner.num_steps(round_idx)
-        one_step = lambda j, s: step(s, buffers, round_idx, j, dp_keys)[0]
-        state = jax.lax.fori_loop(0, jnp.maximum(n - 1, 0), one_step, state)
-        new, grads = step(state, buffers, round_idx, jnp.maximum(n - 1, 0), dp_keys)
+        one_step = lambda j, carry: checked_step(j, carry, buffers, round_idx, dp_keys)[:2]
+        state, bad = jax.lax.fori_loop(0, jnp.maximum(n - 1, 0), one_step, (state, coordinator.no_bad_gradient()))
+        new, last_bad, grads = checked_step(jnp.maximum(n - 1, 0), (state, bad), buffers, round_idx, dp_keys)
         new = jax.tree_util.tree_map(lambda a, b: jnp.where(n > 0, a, b), new, state)
+        coordinator.report_bad_gradients(jnp.where(n > 0, last_bad, bad), round_idx)
         return new, (state.particles, grads[target])
 
     def propose(state, buffers, keys_):

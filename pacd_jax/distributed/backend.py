@@ -119,16 +119,17 @@ def coordinator_round_fn(
         beta = (init_points + round_idx).astype(state.particles.dtype)  # m, public
 
         def one_step(j, carry):
-            s, seen = carry
+            s, seen, bad = carry
             channel.broadcast(s.particles, round_idx, j)
             grads = channel.collect(jnp.zeros_like(s.particles), round_idx, j)
-            coordinator.validate_gradients(grads, config.num_clients, s.particles, round_idx, j)
+            bad = coordinator.validate_gradients(grads, config.num_clients, s.particles, bad, j)
             if target is not None:
                 seen = (s.particles, grads[target])
-            return learner.coordinator_update(s, grads, beta), seen
+            return learner.coordinator_update(s, grads, beta), seen, bad
 
         empty = (jnp.zeros_like(state.particles), jnp.zeros_like(state.particles)) if target is not None else ()
-        state, seen = jax.lax.fori_loop(0, steps, one_step, (state, empty))
+        state, seen, bad = jax.lax.fori_loop(0, steps, one_step, (state, empty, coordinator.no_bad_gradient()))
+        coordinator.report_bad_gradients(bad, round_idx)
         channel.broadcast(state.particles, round_idx, steps)
         return (state, seen) if target is not None else state
 
