@@ -65,10 +65,11 @@ def round_timer(config):
         count = problem.init_points + round_idx
         buffers = state.buffers._replace(X=X, y=y, count=jnp.full_like(state.buffers.count, count))
         idx = jnp.asarray(round_idx, jnp.int32)
-        model = learn(state.model, buffers, idx)
         keys_ = problem.client_keys(seed, "propose", idx)
-        _, learn_t = common.time_call(lambda: learn(state.model, buffers, idx), repeats)
-        _, propose_t = common.time_call(lambda: propose(model, buffers, keys_), repeats)
+        model = common.block(learn(state.model, buffers, idx))  # compiles on the first round only
+        learn_t = [common.time_call(lambda: learn(state.model, buffers, idx), 0)[0] for _ in range(repeats)]
+        common.block(propose(model, buffers, keys_))
+        propose_t = [common.time_call(lambda: propose(model, buffers, keys_), 0)[0] for _ in range(repeats)]
         return {"learn_ms": 1e3 * float(np.median(learn_t)), "propose_ms": 1e3 * float(np.median(propose_t)),
                 "count": count}
 
@@ -89,7 +90,7 @@ def estimate_cell(benchmark: str, method: str, iters: int, seeds: int, quick: bo
 
     config = RunConfig(benchmark=benchmark, method=method, iters=iters, **(SMALL if quick else {}))
     time_round = round_timer(config)
-    first, second, last = (time_round(t) for t in (0, 1, iters - 1))
+    first, second, last = (time_round(t, repeats=1) for t in (0, 1, iters - 1))
     per_round = lambda h: h["learn_ms"] + h["propose_ms"]  # noqa: E731
     one_seed_ms = per_round(first) + (iters - 1) * 0.5 * (per_round(second) + per_round(last))
     return common.record(

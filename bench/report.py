@@ -18,8 +18,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+#: The performance targets of the project (median ms), checked in the README tables.
+TARGETS = {"anchor-5x20x1d": 0.5, "bo-5x110x6d": 5.0, "run-hartmann6-pacd-T100": 60_000.0, "dlg-105x2d-K10-float32": 5.0,
+           "dlg-105x2d-K10-float64": 5.0}
+
+
+def _target(r: dict) -> str:
+    goal = TARGETS.get(r["name"])
+    if goal is None:
+        return ""
+    verdict = "met" if r["median_ms"] <= goal else f"missed, {r['median_ms'] / goal:.1f}x over"
+    return f"target <= {goal:g} ms: {verdict}"
+
+
 def _note(r: dict) -> str:
-    """What a record's configuration adds: a sweep's fitted exponent, a run's split of a round."""
+    """What a record's configuration adds: a sweep's fitted exponent, a run's split of a round, a target."""
+    return "; ".join(n for n in (_config_note(r), _target(r)) if n)
+
+
+def _config_note(r: dict) -> str:
     c = r["config"]
     if "one_seed_s" in c:
         return f"≈ {r['median_ms'] / 6e4:.1f} min for {c['seeds']} seeds ({c['one_seed_s']:.1f} s per seed)"
