@@ -37,6 +37,11 @@ VARIANTS = {
     "noise-1": dict(noise_prior=(-1.0, 1.0)),
     "feat4": dict(features=4),
     "floor1e-4": dict(noise_floor=1e-4),
+    "noise-8-floor1e-5": dict(noise_prior=(-8.0, 1.0), noise_floor=1e-5),
+    "noise-6-floor1e-4": dict(noise_prior=(-6.0, 1.0), noise_floor=1e-4),
+    "kvar1": dict(kernel_variance=1.0),
+    "particles5": dict(num_particles=5),
+    "particles20": dict(num_particles=20),
 }
 
 
