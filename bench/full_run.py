@@ -81,10 +81,12 @@ def estimate_cell(benchmark: str, method: str, iters: int, seeds: int, quick: bo
 
     Round 0 (initial SVGD steps) is timed on its own; the cost of rounds
     1..T-1 is taken as linear in the round between those measured at round 1
-    and round T-1 (the step cost grows as m^1.2, bench/svgd_step.py, so a
-    straight line slightly overestimates); seeds are counted as independent
-    work (the table's single-threaded workers gain little from vectorising
-    them). The evaluation of the objectives is negligible next to these.
+    and round T-1 (the step cost grows faster than linearly in m,
+    bench/svgd_step.py, so the straight line overestimates a little); seeds
+    are counted as independent work (the table's single-threaded workers
+    gain little from vectorising them). The run loop's per-round host work
+    (transfers, checks, checkpoints) is left out, which underestimates: compare
+    a cell with the ``run-*`` record of the same benchmark and method.
     """
     from pacd_jax.config import RunConfig
 
