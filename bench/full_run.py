@@ -145,11 +145,23 @@ def time_run(benchmark: str, method: str, iters: int, seeds: int, quick: bool) -
     return rec
 
 
+def _describe_run(rec: dict) -> str:
+    c = rec["config"]
+    return (f"{rec['name']:36s} {rec['median_ms'] / 1e3:7.1f} s  (compile {rec['compile_s']:.1f} s; "
+            f"last round: learn {c['learn_ms']:.0f} ms, propose {c['propose_ms']:.0f} ms)")
+
+
+def _describe_estimate(rec: dict) -> str:
+    c = rec["config"]
+    rounds = "/".join(f"{c[k]['learn_ms'] + c[k]['propose_ms']:.0f}" for k in ("round0", "round1", "last_round"))
+    return f"{rec['name']:40s} {rec['median_ms'] / 6e4:8.1f} min  ({c['one_seed_s']:.1f} s per seed; rounds 0/1/last {rounds} ms)"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", required=True, help="output file (a JSON list of records)")
-    parser.add_argument("--benchmarks", default="hartmann6", help="comma-separated (default hartmann6)")
-    parser.add_argument("--methods", default="pacd", help="comma-separated (default pacd)")
+    parser.add_argument("--benchmarks", default=None, help="comma-separated (default hartmann6; all four with --estimate-table)")
+    parser.add_argument("--methods", default=None, help="comma-separated (default pacd; all five with --estimate-table)")
     parser.add_argument("--iters", type=int, default=100, help="BO rounds T (default 100)")
     parser.add_argument("--seeds", type=int, default=1, help="seeds, vectorised in one run (default 1)")
     parser.add_argument("--quick", action="store_true", help="T = 3 with small settings (for tests)")
@@ -159,34 +171,24 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.iters = 3
-    records = []
     if args.estimate_table:
-        if "--benchmarks" not in (argv or sys.argv):
-            args.benchmarks = "sinusoid,branin,hartmann6,wingweight"
-        if "--methods" not in (argv or sys.argv):
-            args.methods = "independent,pacoh,pacd,cboc-u,cboc-l"
-        for benchmark in args.benchmarks.split(","):
-            for method in args.methods.split(","):
-                rec = estimate_cell(benchmark, method, args.iters, args.seeds, args.quick)
-                records.append(rec)
-                c = rec["config"]
-                print(f"{rec['name']:40s} {rec['median_ms'] / 6e4:8.1f} min  ({c['one_seed_s']:.1f} s per seed; rounds "
-                      f"0/1/last {c['round0']['learn_ms'] + c['round0']['propose_ms']:.0f}/"
-                      f"{c['round1']['learn_ms'] + c['round1']['propose_ms']:.0f}/"
-                      f"{c['last_round']['learn_ms'] + c['last_round']['propose_ms']:.0f} ms)", flush=True)
+        measure, describe = estimate_cell, _describe_estimate
+        benchmarks = args.benchmarks or "sinusoid,branin,hartmann6,wingweight"
+        methods_ = args.methods or "independent,pacoh,pacd,cboc-u,cboc-l"
+    else:
+        measure, describe = time_run, _describe_run
+        benchmarks, methods_ = args.benchmarks or "hartmann6", args.methods or "pacd"
+    records = []
+    for benchmark in benchmarks.split(","):
+        for method in methods_.split(","):
+            records.append(measure(benchmark, method, args.iters, args.seeds, args.quick))
+            print(describe(records[-1]), flush=True)
+    if args.estimate_table:
         total_s = sum(r["median_ms"] for r in records) / 1e3
         records.append(common.record(f"estimate-table-T{args.iters}-S{args.seeds}",
                                      {"cells": len(records), "total_hours_one_process": total_s / 3600},
                                      [total_s], 0.0))
         print(f"whole grid: {total_s / 3600:.2f} h in one process", flush=True)
-    else:
-        for benchmark in args.benchmarks.split(","):
-            for method in args.methods.split(","):
-                rec = time_run(benchmark, method, args.iters, args.seeds, args.quick)
-                records.append(rec)
-                c = rec["config"]
-                print(f"{rec['name']:36s} {rec['median_ms'] / 1e3:7.1f} s  (compile {rec['compile_s']:.1f} s; "
-                      f"last round: learn {c['learn_ms']:.0f} ms, propose {c['propose_ms']:.0f} ms)", flush=True)
     common.write(args.json, records, "bench/full_run.py", argv)
     print(f"wrote {args.json}")
     return 0
