@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from pacd_jax.io import error_line
+
 EXIT_USAGE = 2
 
 
@@ -405,10 +407,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             _prepare_mpi_process(argv)
         return COMMANDS[args.command](args)
     except UsageError as exc:
-        print(f"{exc.prog}: error: {exc}", file=sys.stderr)
+        error_line(f"{exc.prog}: error: {exc}")
         return EXIT_USAGE
     except (ValueError, TypeError) as exc:
-        print(f"pacd-bo: error: {exc}", file=sys.stderr)
+        error_line(f"pacd-bo: error: {exc}")
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("pacd-bo: interrupted", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""Atomic output files: write to a temporary file in the same folder, fsync, rename.
+"""Atomic output files (write to a temporary file in the same folder, fsync, rename) and error lines.
 
 A crash or a bad input never leaves a half-written ``run.json`` or figure
 behind, and an existing file is replaced only by a complete new one.
@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import io
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -43,3 +45,24 @@ def write_json(path: str | os.PathLike, doc: Any) -> None:
 def read_json(path: str | os.PathLike) -> Any:
     with open(path) as fh:
         return json.load(fh)
+
+
+def error_line(text: str) -> None:
+    """Write ``text`` and its newline to stderr in one ``write`` call.
+
+    Under ``mpiexec`` every rank's stderr is merged by the process manager;
+    ``print`` may issue the text and the newline as two writes, and another
+    rank's line can land between them.  One write of a short line keeps each
+    rank's error on a line of its own.
+    """
+    line = text.rstrip("\n") + "\n"
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):  # captured stderr (pytest, notebooks)
+        sys.stderr.write(line)
+        sys.stderr.flush()
+        return
+    sys.stderr.flush()
+    data = line.encode("utf-8", "replace")
+    while data:
+        data = data[os.write(fd, data):]

@@ -157,7 +157,8 @@ def test_wrong_rank_count_fails_cleanly_on_every_rank(tmp_path):
     proc = mpirun(3, ["--benchmark", "branin", "--clients", "5", "--iters", "2", "--out", "out"], tmp_path, timeout=180)
     assert proc.returncode != 0
     lines = [line for line in proc.stderr.splitlines() if "needs 6 MPI ranks" in line]
-    assert len(lines) == 3, proc.stderr  # one clear line from each of the 3 ranks
+    # one clear line from each of the 3 ranks (each written in one call, so ranks cannot splice)
+    assert len(lines) == 3 and all(line.count("needs 6 MPI ranks") == 1 for line in lines), proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()
 

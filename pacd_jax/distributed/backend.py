@@ -40,7 +40,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import sys
 import time
 from typing import Callable
 
@@ -50,6 +49,7 @@ import numpy as np
 
 from pacd_jax import client, coordinator, experiment, loop, methods, tasks
 from pacd_jax.config import RunConfig
+from pacd_jax.io import error_line
 from pacd_jax.distributed.channel import COORDINATOR, Channel, CommLog
 from pacd_jax.methods import Method
 
@@ -346,7 +346,7 @@ def run(
             return None
     except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
         message = str(exc) or type(exc).__name__
-        print(f"pacd-bo [rank {rank}]: error: {message}", file=sys.stderr, flush=True)
+        error_line(f"pacd-bo [rank {rank}]: error: {message}")
         world.Abort(2)
         # MPICH's MPI_Abort can return to the caller before the process
         # manager kills the job; end here so the message is printed once.
