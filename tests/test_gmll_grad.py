@@ -119,6 +119,40 @@ def test_spd_inverse_of_block_diagonal_keeps_exact_zeros():
     np.testing.assert_array_equal(inv[50:, 50:], np.eye(40, dtype=np.float32))
 
 
+@pytest.mark.parametrize("n, base", [(5, 32), (33, 32), (70, 16), (110, 32)])
+def test_triangular_gram_equals_the_dense_product(n, base):
+    rng = np.random.default_rng(n + 7)
+    t = np.tril(rng.normal(size=(2, n, n)))
+    with jax.enable_x64(True):
+        out = np.asarray(linalg.triangular_gram(jnp.asarray(t), base))
+    np.testing.assert_allclose(out, t.transpose(0, 2, 1) @ t, rtol=1e-12, atol=1e-12 * n)
+
+
+@pytest.mark.parametrize("n, base", [(6, 32), (70, 16)])
+def test_spd_inverse_gradient_matches_autodiff_of_lapack_inverse_and_finite_differences(n, base):
+    """The closed-form reverse rule of spd_inverse against jax.grad through jnp.linalg.inv, and central differences."""
+    rng = np.random.default_rng(n)
+    theta0 = rng.normal(size=(n, n))
+    weights = rng.normal(size=(n, n))
+
+    def loss(theta, inverse):
+        spd = theta @ theta.T / n + 0.5 * jnp.eye(n, dtype=theta.dtype)
+        return jnp.sum(weights * inverse(spd)) + jnp.sum(inverse(spd) @ spd[:, :1])
+
+    with jax.enable_x64(True):
+        theta = jnp.asarray(theta0)
+        ours = np.asarray(jax.grad(loss)(theta, lambda a: linalg.spd_inverse(a, base)))
+        ref = np.asarray(jax.grad(loss)(theta, jnp.linalg.inv))
+        np.testing.assert_allclose(ours, ref, rtol=1e-9, atol=1e-10 * np.abs(ref).max())
+        f = jax.jit(lambda th: loss(th, jnp.linalg.inv))
+        eps = 1e-6
+        for i, j in [(0, 0), (n - 1, 1), (n // 2, n - 1)]:
+            e = np.zeros((n, n))
+            e[i, j] = eps
+            fd = (float(f(theta + e)) - float(f(theta - e))) / (2 * eps)
+            assert abs(ours[i, j] - fd) <= 1e-6 * max(1.0, abs(fd))
+
+
 @pytest.mark.parametrize("n, base", [(5, 32), (70, 32), (110, 16)])
 def test_cholesky_inverse_is_the_inverse_of_the_lapack_factor(n, base):
     with jax.enable_x64(True):
