@@ -27,7 +27,9 @@ from pacd_jax.provenance import command, commit, machine  # noqa: E402
 
 VARIANTS = {
     "indep": dict(method="independent"),
+    "indep-kappa1": dict(method="independent", kappa=1.0),
     "pacd-default": dict(),
+    "kappa0.5": dict(kappa=0.5),
     "kappa1": dict(kappa=1.0),
     "kappa1.5": dict(kappa=1.5),
     "kappa3": dict(kappa=3.0),
@@ -42,6 +44,9 @@ VARIANTS = {
     "kvar1": dict(kernel_variance=1.0),
     "particles5": dict(num_particles=5),
     "particles20": dict(num_particles=20),
+    "x64": dict(x64=True),
+    "x64-floor1e-4": dict(x64=True, noise_floor=1e-4),
+    "x64-noise-8-floor1e-6": dict(x64=True, noise_prior=(-8.0, 1.0), noise_floor=1e-6),
 }
 
 
