@@ -30,10 +30,17 @@ def machine() -> str:
 
 
 def commit(root: Path = ROOT) -> str:
-    """The short hash of HEAD, with ``+dirty`` when tracked files differ from it."""
+    """The short hash of HEAD, with ``+dirty`` when tracked files differ from it.
+
+    Committed results (``bench/results``, ``benchmarks/results``) do not count:
+    a script that rewrites one of them, or a run after another script has,
+    still ran the committed code.
+    """
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True).stdout.strip()
+        outputs = [":(exclude)bench/results", ":(exclude)benchmarks/results"]
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", *outputs],
+                               cwd=root, capture_output=True, text=True).stdout.strip()
         return rev + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
