@@ -111,6 +111,7 @@ def time_run(benchmark: str, method: str, iters: int, seeds: int, quick: bool) -
     import tempfile
 
     import jax
+    from jax.experimental.compilation_cache import compilation_cache
 
     config = RunConfig(benchmark=benchmark, method=method, iters=iters, seeds=tuple(range(seeds)),
                        **(SMALL if quick else {}))
@@ -134,6 +135,9 @@ def time_run(benchmark: str, method: str, iters: int, seeds: int, quick: bool) -
         finally:
             for k, v in previous.items():
                 jax.config.update(k, v)
+            # the cache object outlives the config: drop it, or later compilations
+            # try to write into the deleted temporary folder
+            compilation_cache.reset_cache()
 
     halves = round_timer(config)(iters - 1)
     rec = common.record(
