@@ -99,17 +99,43 @@ def first_bad_client(grads: Array) -> Array:
     return jnp.where(jnp.all(ok), -1, jnp.argmin(ok)).astype(jnp.int32)
 
 
-#: (client index, round, step) of non-finite gradients seen since the last check (host side)
-_BAD: list[tuple[int, int, int]] = []
-
 #: The carried record of a round with no non-finite gradient so far: (client, step) = (-1, -1).
 NO_BAD_GRADIENT = (-1, -1)
 
 
-def _record(bad, round_idx, step) -> None:
-    for b, r, s in zip(np.ravel(bad), np.ravel(np.broadcast_to(round_idx, np.shape(bad))), np.ravel(np.broadcast_to(step, np.shape(bad)))):
-        if int(b) >= 0:
-            _BAD.append((int(b), int(r), int(s)))
+class BadGradientLog:
+    """Host-side record of the non-finite gradients one run's coordinator received.
+
+    Each run owns one (no module state): two runs in one process, such as a
+    notebook's or ``pacd-bo table``'s, never see each other's records. The
+    jitted round sends its ``(client, step)`` record here once per round
+    (:meth:`report`); the backend then calls :meth:`raise_first` on the host.
+    """
+
+    def __init__(self) -> None:
+        self._seen: list[tuple[int, int, int]] = []
+
+    def _record(self, bad, round_idx, step) -> None:
+        rounds = np.broadcast_to(round_idx, np.shape(bad))
+        steps = np.broadcast_to(step, np.shape(bad))
+        for b, r, s in zip(np.ravel(bad), np.ravel(rounds), np.ravel(steps)):
+            if int(b) >= 0:
+                self._seen.append((int(b), int(r), int(s)))
+
+    def report(self, bad: Array, round_idx: Array) -> None:
+        """Send a round's ``(client, step)`` record (from :func:`validate_gradients`) to the host (traced)."""
+        jax.debug.callback(self._record, bad[..., 0], round_idx, bad[..., 1])
+
+    def raise_first(self, client_ids) -> None:
+        """Raise :class:`BadGradientError` for the first record (and clear the log); nothing if empty."""
+        if not self._seen:
+            return
+        b, r, s = self._seen[0]
+        self._seen.clear()
+        raise BadGradientError(
+            f"client {int(np.asarray(client_ids)[b])} sent a non-finite gradient at round {r}, SVGD step {s}; "
+            "the coordinator stopped the run"
+        )
 
 
 def no_bad_gradient() -> Array:
@@ -123,9 +149,9 @@ def validate_gradients(grads: Array, num_clients: int, particles: Array, bad: Ar
     The shape is checked when the round is traced; finiteness at run time:
     the round's loop carries ``bad``, the ``(client, step)`` of the first
     non-finite message of the round (``(-1, -1)`` while there is none), and
-    :func:`report_bad_gradients` hands it to the host once per round, after
-    which :func:`raise_bad_gradients` (called by the backend) ends the run
-    naming the client. One host callback per round rather than per SVGD step:
+    :meth:`BadGradientLog.report` hands it to the host once per round, after
+    which :meth:`BadGradientLog.raise_first` (called by the backend) ends the
+    run naming the client. One host callback per round rather than per SVGD step:
     per step it cost a quarter of the anchor step's time (bench/profile_step.py).
     The round's arrays keep flowing meanwhile (no data-dependent control flow
     inside the jitted loop).
@@ -137,19 +163,3 @@ def validate_gradients(grads: Array, num_clients: int, particles: Array, bad: Ar
     client = first_bad_client(grads)
     first = (bad[0] < 0) & (client >= 0)
     return jnp.where(first, jnp.stack([client, jnp.asarray(step, jnp.int32)]), bad)
-
-
-def report_bad_gradients(bad: Array, round_idx: Array) -> None:
-    """Send a round's ``(client, step)`` record (from :func:`validate_gradients`) to the host."""
-    jax.debug.callback(_record, bad[..., 0], round_idx, bad[..., 1])
-
-
-def raise_bad_gradients(client_ids) -> None:
-    """Raise :class:`BadGradientError` for the first non-finite gradient recorded (and clear the record)."""
-    if not _BAD:
-        return
-    b, r, s = _BAD[0]
-    _BAD.clear()
-    raise BadGradientError(
-        f"client {int(np.asarray(client_ids)[b])} sent a non-finite gradient at round {r}, SVGD step {s}; the coordinator stopped the run"
-    )

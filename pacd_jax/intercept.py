@@ -147,6 +147,9 @@ def run_vmap(config: RunConfig, spec: InterceptSpec, task_factory=None, seed: in
             data = model_data(buf)
             truths.append(Truth(np.asarray(data.X[:m], np.float64), np.asarray(data.y[:m], np.float64)))
         state, (_, y), (particles, grads) = round_jit(state, jnp.asarray(t, jnp.int32), seed_arr)
+        jax.effects_barrier()
+        if method.bad_gradients is not None:  # the coordinator's check, as in loop.run_batch
+            method.bad_gradients.raise_first(np.asarray(problem.ids))
         loop._check_finite(np.asarray(y)[None], [seed], np.asarray(problem.ids), f"at round {t}")
         if t in wanted:
             records.append(Record(t, target, m, np.asarray(particles), np.asarray(grads), bounds))

@@ -256,7 +256,8 @@ def run_batch(
         state, (_, y) = round_fn(state, jnp.asarray(t, jnp.int32), seed_arr, params)
         y_host = batch(y)
         jax.effects_barrier()
-        coordinator.raise_bad_gradients(ids)
+        if method.bad_gradients is not None:
+            method.bad_gradients.raise_first(ids)
         bad = ~np.isfinite(np.asarray(y_host))
         if bad.any() and on_bad_value == "skip":
             state = _drop_values(state, bad, vectorise)

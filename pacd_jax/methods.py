@@ -40,6 +40,10 @@ class Method(NamedTuple):
     #: last SVGD step and the particles it answered (paper section V); None for
     #: methods that send no gradients.
     learn_intercept: Callable | None = None
+    #: where the coordinator's check records non-finite gradients (one log per
+    #: method object; None for methods without a coordinator); the backend
+    #: calls ``raise_first`` after each round.
+    bad_gradients: coordinator.BadGradientLog | None = None
 
 
 def maximiser_config(config: RunConfig) -> MaximiserConfig:
@@ -111,6 +115,7 @@ def pacd(config: RunConfig, dim: int) -> Method:
     """PACD-BO (paper section III): SVGD on the aggregated score, UCB on the K-GP mixture."""
     learner = meta_learner(config, dim)
     privacy = dp_config(config)
+    bad_log = coordinator.BadGradientLog()
 
     def init(seed, buffers):
         return learner.init(seed, buffers.X.dtype)
@@ -141,7 +146,7 @@ def pacd(config: RunConfig, dim: int) -> Method:
         _check_keys(dp_keys)
         one_step = lambda j, carry: checked_step(j, carry, buffers, round_idx, dp_keys)[:2]
         state, bad = jax.lax.fori_loop(0, learner.num_steps(round_idx), one_step, (state, coordinator.no_bad_gradient()))
-        coordinator.report_bad_gradients(bad, round_idx)
+        bad_log.report(bad, round_idx)
         return state
 
     def learn_intercept(state, buffers, round_idx, target, dp_keys=None):
@@ -153,13 +158,13 @@ def pacd(config: RunConfig, dim: int) -> Method:
         state, bad = jax.lax.fori_loop(0, jnp.maximum(n - 1, 0), one_step, (state, coordinator.no_bad_gradient()))
         new, last_bad, grads = checked_step(jnp.maximum(n - 1, 0), (state, bad), buffers, round_idx, dp_keys)
         new = jax.tree_util.tree_map(lambda a, b: jnp.where(n > 0, a, b), new, state)
-        coordinator.report_bad_gradients(jnp.where(n > 0, last_bad, bad), round_idx)
+        bad_log.report(jnp.where(n > 0, last_bad, bad), round_idx)
         return new, (state.particles, grads[target])
 
     def propose(state, buffers, keys_):
         return propose_meta_all(learner, config, state.particles, buffers, keys_)
 
-    return Method(config.method, init, learn, propose, learn_intercept)
+    return Method(config.method, init, learn, propose, learn_intercept, bad_log)
 
 
 def propose_meta_all(learner: MetaLearner, config: RunConfig, particles: Array, buffers: ClientBuffer, keys_: Array) -> Array:

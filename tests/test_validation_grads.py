@@ -42,3 +42,26 @@ def test_nan_gradient_of_one_client_stops_the_vmap_run_naming_it(monkeypatch):
     monkeypatch.setattr(client, "local_gradients", original)
     doc = experiment.run(small_config(num_clients=3, iters=1), offset_factory)
     assert np.isfinite(doc["summary"]["final_regret_mean"])
+
+
+def test_each_run_has_its_own_bad_gradient_log():
+    """A record in one log (one run) is raised there, once, and never by another run's log."""
+    import jax
+
+    first, second = coordinator.BadGradientLog(), coordinator.BadGradientLog()
+
+    @jax.jit
+    def round_with(grads):
+        bad = coordinator.validate_gradients(grads, 3, jnp.zeros((2, 4)), coordinator.no_bad_gradient(), jnp.asarray(7))
+        first.report(bad, jnp.asarray(5))
+        clean = coordinator.validate_gradients(jnp.zeros((3, 2, 4)), 3, jnp.zeros((2, 4)), coordinator.no_bad_gradient(), 0)
+        second.report(clean, jnp.asarray(5))
+        return bad
+
+    grads = jnp.zeros((3, 2, 4)).at[2, 1, 3].set(jnp.nan)
+    np.testing.assert_array_equal(np.asarray(round_with(grads)), [2, 7])
+    jax.effects_barrier()
+    second.raise_first([10, 11, 12])  # nothing recorded there
+    with pytest.raises(coordinator.BadGradientError, match=r"^client 12 sent a non-finite gradient at round 5, SVGD step 7;"):
+        first.raise_first([10, 11, 12])
+    first.raise_first([10, 11, 12])  # cleared

@@ -105,14 +105,24 @@ def client_method(config: RunConfig, dim: int, channel: Channel) -> Method:
 
 
 def coordinator_round_fn(
-    config: RunConfig, learner: methods.MetaLearner, channel: Channel, init_points: int, target: int | None = None
+    config: RunConfig,
+    learner: methods.MetaLearner,
+    channel: Channel,
+    init_points: int,
+    target: int | None = None,
+    bad_gradients: coordinator.BadGradientLog | None = None,
 ):
     """The coordinator's jitted BO round: ``n_t`` communication cycles and the final broadcast.
+
+    Non-finite gradients it receives go to ``bad_gradients`` (a fresh log if
+    None), for the caller's ``raise_first`` after the round.
 
     With ``target`` (a client id) the round also returns what the coordinator
     saw in its last SVGD step: ``(state, (particles broadcast, target's (K, P)
     message as received))`` (paper section V; see :mod:`pacd_jax.intercept`).
     """
+
+    bad_log = bad_gradients if bad_gradients is not None else coordinator.BadGradientLog()
 
     def one_round(state, round_idx):
         steps = learner.num_steps(round_idx)
@@ -129,7 +139,7 @@ def coordinator_round_fn(
 
         empty = (jnp.zeros_like(state.particles), jnp.zeros_like(state.particles)) if target is not None else ()
         state, seen, bad = jax.lax.fori_loop(0, steps, one_step, (state, empty, coordinator.no_bad_gradient()))
-        coordinator.report_bad_gradients(bad, round_idx)
+        bad_log.report(bad, round_idx)
         channel.broadcast(state.particles, round_idx, steps)
         return (state, seen) if target is not None else state
 
@@ -191,8 +201,9 @@ def _run_coordinator(config: RunConfig, channel: Channel, on_round, dtype, inter
             raise ValueError(f"client ranks disagree on the problem: rank 1 has {first}, rank {r} has {m}")
     learner = methods.meta_learner(config, first["dim"])
     target = intercept[0].client if intercept is not None else None
+    bad_log = coordinator.BadGradientLog()  # this run's record of non-finite gradients received
     round_fn = (
-        coordinator_round_fn(config, learner, channel, first["init_points"], target) if config.method != "independent" else None
+        coordinator_round_fn(config, learner, channel, first["init_points"], target, bad_log) if config.method != "independent" else None
     )
     records = []
 
@@ -224,7 +235,7 @@ def _run_coordinator(config: RunConfig, channel: Channel, on_round, dtype, inter
                         records.append(_record(t, target, first, seen_particles, seen_grads))
                 jax.block_until_ready(state.particles)
                 jax.effects_barrier()
-                coordinator.raise_bad_gradients(range(config.num_clients))
+                bad_log.raise_first(range(config.num_clients))
                 if store is not None:
                     store.save(k, state, t + 1, {"summaries": seed_clients})
                 done += 1
