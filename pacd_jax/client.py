@@ -55,6 +55,16 @@ def append(buf: ClientBuffer, x: Array, y: Array) -> ClientBuffer:
     return ClientBuffer(X, Y, buf.count + x.shape[0])
 
 
+def leading_rows(buf: ClientBuffer, rows: int) -> ClientBuffer:
+    """The first ``rows`` rows of a (possibly client-stacked) buffer; ``rows >= count``.
+
+    The masked GMLL and posterior ignore padded rows exactly, so a model built
+    on this view equals the full buffer's up to round-off, at the cost of
+    ``rows`` rather than the capacity.
+    """
+    return ClientBuffer(buf.X[..., :rows, :], buf.y[..., :rows], buf.count)
+
+
 def model_data(buf: ClientBuffer) -> GPData:
     """The buffer as GP training data, ``y`` standardised with the client's own statistics."""
     mask = buf.mask

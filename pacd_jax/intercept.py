@@ -125,15 +125,8 @@ def run_vmap(config: RunConfig, spec: InterceptSpec, task_factory=None, seed: in
     bounds = np.stack([problem.lower, problem.upper], axis=1)
 
     def round_fn(state, t, s):
-        box = {}
-
-        def learn(model_state, buffers, t_, dp_keys=None):
-            new, rec = method.learn_intercept(model_state, buffers, t_, target, dp_keys)
-            box["rec"] = rec
-            return new
-
-        state, out = loop.bo_round(problem, method._replace(learn=learn), state, t, s, params)
-        return state, out, box["rec"]
+        learn = lambda model_state, buffers, t_, dp_keys: method.learn_intercept(model_state, buffers, t_, target, dp_keys)  # noqa: E731
+        return loop.bo_round_aux(problem, method, state, t, s, params, learn)
 
     round_jit = jax.jit(round_fn)
     seed_arr = jnp.asarray(seed, jnp.int32)

@@ -4,7 +4,11 @@ One BO round (the method's learning phase, one proposal per client, one
 evaluation per client) is one jitted function of fixed-shape state: client
 buffers are preallocated to ``m0 + T`` rows and masked, and the round index
 is a traced integer, so the round compiles once and never retraces as data
-grows. Seeds are vectorised with ``vmap`` when the task family exposes its
+grows. So that early rounds do not pay for the whole capacity, the round's
+learning and proposal run on the smallest of a few row counts that holds
+every point so far (:func:`row_sizes`: 32, 64, 128, ... and the capacity),
+chosen by ``lax.switch`` on the traced round: still one program, and
+padded rows are ignored exactly, so the result is the same up to round-off. Seeds are vectorised with ``vmap`` when the task family exposes its
 parameters as arrays (every built-in family does); otherwise they run one
 after another.
 """
@@ -19,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pacd_jax import coordinator, keys, tasks
-from pacd_jax.client import ClientBuffer, append, empty_buffer
+from pacd_jax.client import ClientBuffer, append, empty_buffer, leading_rows
 from pacd_jax.methods import Method
 
 Array = jax.Array
@@ -58,10 +62,20 @@ class Problem:
     client_ids: tuple[int, ...] | None = None
     #: clients in the whole federation (for the collaborative design).
     total_clients: int | None = None
+    #: row counts the round may compute on (ascending, the last the capacity);
+    #: None: :func:`row_sizes` of the capacity.
+    row_sizes: tuple[int, ...] | None = None
 
     @property
     def capacity(self) -> int:
         return self.init_points + self.iters
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        sizes = self.row_sizes if self.row_sizes is not None else row_sizes(self.capacity)
+        if list(sizes) != sorted(set(sizes)) or sizes[-1] != self.capacity or sizes[0] < 1:
+            raise ValueError(f"row_sizes must ascend and end at the capacity {self.capacity}, got {sizes}")
+        return tuple(int(s) for s in sizes)
 
     @property
     def ids(self) -> Array:
@@ -89,6 +103,22 @@ class Problem:
             return f
         keys_ = self.client_keys(seed, "noise", round_idx)
         return jax.vmap(lambda k, fi: tasks.add_noise(k, fi, self.noise_std))(keys_, f)
+
+
+def row_sizes(capacity: int, smallest: int = 32, ratio: float = 1.5) -> tuple[int, ...]:
+    """Row counts a round computes on: ``smallest * 2^k`` up to ``capacity / ratio``, then ``capacity``.
+
+    The step cost grows like ``m^1.4`` (``bench/svgd_step.py``), so a run
+    whose buffers fill from ``m0`` to ``m0 + T`` rows saves about half its
+    learning time on the smaller sizes; a size within ``ratio`` of the next
+    would save little and cost another compiled branch. Short runs (capacity
+    below ``smallest * ratio``) get the capacity alone.
+    """
+    sizes, rows = [], int(smallest)
+    while rows * ratio <= capacity:
+        sizes.append(rows)
+        rows *= 2
+    return tuple(sizes) + (int(capacity),)
 
 
 def problem_from_family(family: tasks.TaskFamily, iters: int, init_points: int | None, noise_std: float | None) -> tuple[Problem, Any]:
@@ -129,8 +159,40 @@ def bo_round(problem: Problem, method: Method, state: RunState, round_idx: Array
     Returns:
         ``(state, (x_unit, y))`` with the new queries ``(N, d)`` and observations ``(N,)``.
     """
-    model = method.learn(state.model, state.buffers, round_idx, problem.client_keys(seed, "dp", round_idx))
-    x = method.propose(model, state.buffers, problem.client_keys(seed, "propose", round_idx))
+    learn = lambda model, buffers, t, dp_keys: (method.learn(model, buffers, t, dp_keys), ())  # noqa: E731
+    state, out, _ = bo_round_aux(problem, method, state, round_idx, seed, params, learn)
+    return state, out
+
+
+def bo_round_aux(problem: Problem, method: Method, state: RunState, round_idx: Array, seed: Array, params: Any, learn_aux):
+    """:func:`bo_round` with ``learn_aux(model, buffers, round_idx, dp_keys) -> (model, aux)`` as the learning
+    phase; returns ``(state, (x_unit, y), aux)`` (the interception hook passes out what the coordinator saw).
+
+    Learning and proposal see the buffers cut to the smallest of
+    ``problem.sizes`` that holds the ``m0 + round_idx`` rows filled so far
+    (a client that skipped a bad value holds fewer); the new point is
+    appended to the full buffer.
+    """
+    dp_keys = problem.client_keys(seed, "dp", round_idx)
+    propose_keys = problem.client_keys(seed, "propose", round_idx)
+
+    def on_rows(rows):
+        def branch(operand):
+            model_state, buffers = operand
+            view = leading_rows(buffers, rows)
+            model, aux = learn_aux(model_state, view, round_idx, dp_keys)
+            return model, method.propose(model, view, propose_keys), aux
+
+        return branch
+
+    sizes = problem.sizes
+    operand = (state.model, state.buffers)
+    if len(sizes) == 1:
+        model, x, aux = on_rows(sizes[0])(operand)
+    else:
+        filled = jnp.asarray(problem.init_points, jnp.int32) + jnp.asarray(round_idx, jnp.int32)
+        which = jnp.sum(jnp.asarray(sizes[:-1], jnp.int32) < filled)
+        model, x, aux = jax.lax.switch(which, [on_rows(r) for r in sizes], operand)
     f = problem.evaluate_all(params, x)
     y = problem.observe(f, seed, round_idx)
     buffers = jax.vmap(append)(state.buffers, x, y)
@@ -138,7 +200,7 @@ def bo_round(problem: Problem, method: Method, state: RunState, round_idx: Array
     # when a client skips a bad value and its buffer count falls behind
     row = jnp.asarray(problem.init_points, jnp.int32) + jnp.asarray(round_idx, jnp.int32)
     f_buf = jax.lax.dynamic_update_slice(state.f, f[:, None].astype(state.f.dtype), (jnp.zeros_like(row), row))
-    return RunState(buffers, f_buf, model), (x, y)
+    return RunState(buffers, f_buf, model), (x, y), aux
 
 
 def _check_finite(values, seeds: Sequence[int], client_ids: np.ndarray, where: str) -> None:

@@ -1,5 +1,7 @@
 """The vmap backend: fixed-shape rounds that never retrace, seeds vectorised, bad values caught."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -29,6 +31,50 @@ def test_round_traces_once_as_data_grows(monkeypatch, method):
     res = loop.run_batch(problem, methods.build(config, fam.dim), [0], jax.tree_util.tree_map(lambda a: a[None], params), True, jnp.float32)
     assert len(traces) == 1  # one trace for 4 rounds with buffers filling from 5 to 9 rows
     assert res.X.shape == (1, 5, 5 + 4, 2)
+
+
+def test_row_sizes_double_from_32_and_end_at_the_capacity():
+    assert loop.row_sizes(35) == (35,)  # a short run: one size
+    assert loop.row_sizes(110) == (32, 64, 110)
+    assert loop.row_sizes(210) == (32, 64, 128, 210)
+    assert loop.row_sizes(96) == (32, 64, 96)
+    assert loop.row_sizes(95) == (32, 95)  # 64 is within 1.5x of 95: not worth a branch
+    fam = tasks.make("branin", 5, 0)
+    problem, _ = _problem(small_config(iters=4), fam)
+    with pytest.raises(ValueError, match="capacity 9"):
+        _ = dataclasses.replace(problem, row_sizes=(4, 8)).sizes
+
+
+@pytest.mark.parametrize("method", ["pacd", "independent", "cboc-l"])
+def test_rounds_on_fewer_rows_equal_rounds_on_the_whole_buffer(method):
+    """Each round computes on the smallest row count that holds the data; the masked
+    model ignores the padded rows exactly, so the run is the full-buffer run (float64)."""
+    with jax.enable_x64(True):
+        config = small_config(method=method, iters=6, x64=True)
+        fam = tasks.make("branin", config.num_clients, 0)
+        problem, params = _problem(config, fam)
+        params = jax.tree_util.tree_map(lambda a: a[None], params)
+        method_fns = methods.build(config, fam.dim)
+        traces = []
+        original = loop.bo_round_aux
+
+        def counting(*args, **kwargs):
+            traces.append(1)
+            return original(*args, **kwargs)
+
+        runs = {}
+        for sizes in [(11,), (6, 8, 11)]:  # capacity 5 + 6; rounds 0-1 on 6 rows, 2-3 on 8, 4-5 on 11
+            p = dataclasses.replace(problem, row_sizes=sizes)
+            traces.clear()
+            loop.bo_round_aux = counting
+            try:
+                runs[sizes] = loop.run_batch(p, method_fns, [0], params, True, jnp.float64)
+            finally:
+                loop.bo_round_aux = original
+            assert len(traces) == 1  # one program for all rounds, whichever size a round uses
+    full, cut = runs[(11,)], runs[(6, 8, 11)]
+    np.testing.assert_allclose(cut.X, full.X, rtol=1e-7, atol=1e-7)
+    np.testing.assert_allclose(cut.y, full.y, rtol=1e-7, atol=1e-7)
 
 
 def test_buffers_hold_design_then_queries():

@@ -70,6 +70,18 @@ def test_float64_equivalence_with_vmap_backend(tmp_path, benchmark):
     print(f"{benchmark}: largest relative difference of a queried coordinate after {iters} rounds: {worst:.2e}")
 
 
+def test_float64_equivalence_across_row_counts(tmp_path):
+    """43 rounds: capacity 48, so the rounds switch from 32 to 48 rows (loop.row_sizes) on the
+    client ranks, with the round's messages inside the switched branch."""
+    iters = 43
+    proc = mpirun(3, ["--benchmark", "sinusoid", "--clients", "2", "--iters", str(iters), "--x64", "--share-results",
+                      "--out", "out", *SMALL_CLI], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    mpi_doc = json.loads((tmp_path / "out" / "run.json").read_text())
+    vmap_doc = _vmap_reference("sinusoid", 2, iters, True)
+    _compare(mpi_doc, vmap_doc, rtol=1e-8, atol=1e-12)
+
+
 def test_float32_equivalence_within_stated_tolerance(tmp_path):
     # float32 round-off differs between one vmapped process and N+1 processes
     # (XLA fuses and orders the batched and the unbatched sums differently);
