@@ -109,7 +109,9 @@ class BadGradientLog:
     Each run owns one (no module state): two runs in one process, such as a
     notebook's or ``pacd-bo table``'s, never see each other's records. The
     jitted round sends its ``(client, step)`` record here once per round
-    (:meth:`report`); the backend then calls :meth:`raise_first` on the host.
+    (:meth:`report`, a host callback inside the program, or :meth:`record`,
+    on the host with the record the round returned); the backend then calls
+    :meth:`raise_first` on the host.
     """
 
     def __init__(self) -> None:
@@ -121,6 +123,11 @@ class BadGradientLog:
         for b, r, s in zip(np.ravel(bad), np.ravel(rounds), np.ravel(steps)):
             if int(b) >= 0:
                 self._seen.append((int(b), int(r), int(s)))
+
+    def record(self, bad, round_idx: int) -> None:
+        """Keep a round's ``(..., 2)`` ``(client, step)`` record(s) fetched to the host (see ``Method.learn_checked``)."""
+        bad = np.asarray(bad)
+        self._record(bad[..., 0], round_idx, bad[..., 1])
 
     def report(self, bad: Array, round_idx: Array) -> None:
         """Send a round's ``(client, step)`` record (from :func:`validate_gradients`) to the host (traced)."""

@@ -286,16 +286,22 @@ def run_batch(
             value in the initial design always stops.
     """
     seed_arr = jnp.asarray(seeds, jnp.int32)
+    checked = method.learn_checked is not None and method.bad_gradients is not None
+    if checked:  # the coordinator's record comes back with the round (no host callback in the program)
+        learn_aux = method.learn_checked
+    else:
+        learn_aux = lambda m, b, t, k: (method.learn(m, b, t, k), ())  # noqa: E731
+    one_round = lambda st, t, s, p: bo_round_aux(problem, method, st, t, s, p, learn_aux)  # noqa: E731
     if vectorise:
         p_axis = 0 if batched_params else None
         init = jax.jit(jax.vmap(lambda s, p: initial_state(problem, method, s, p, dtype), (0, p_axis)))
-        round_fn = jax.jit(jax.vmap(lambda st, t, s, p: bo_round(problem, method, st, t, s, p), (0, None, 0, p_axis)))
+        round_fn = jax.jit(jax.vmap(one_round, (0, None, 0, p_axis)))
         batch = lambda a: a
     else:
         if len(seeds) != 1 or batched_params:
             raise ValueError("an unvectorised run takes one seed and unstacked parameters")
         init = jax.jit(lambda s, p: initial_state(problem, method, s[0], p, dtype))
-        round_fn = jax.jit(lambda st, t, s, p: bo_round(problem, method, st, t, s[0], p))
+        round_fn = jax.jit(lambda st, t, s, p: one_round(st, t, s[0], p))
         batch = lambda a: np.asarray(a)[None]
 
     if on_bad_value not in ("stop", "skip"):
@@ -315,10 +321,12 @@ def run_batch(
         if store is not None:
             store.save(store_name, state, 0, {"seeds": list(seeds), "skipped": []})
     for t in range(start, problem.iters):
-        state, (_, y) = round_fn(state, jnp.asarray(t, jnp.int32), seed_arr, params)
+        state, (_, y), bad_record = round_fn(state, jnp.asarray(t, jnp.int32), seed_arr, params)
         y_host = batch(y)
         jax.effects_barrier()
         if method.bad_gradients is not None:
+            if checked:
+                method.bad_gradients.record(batch(bad_record), t)
             method.bad_gradients.raise_first(ids)
         bad = ~np.isfinite(np.asarray(y_host))
         if bad.any() and on_bad_value == "skip":

@@ -44,6 +44,13 @@ class Method(NamedTuple):
     #: method object; None for methods without a coordinator); the backend
     #: calls ``raise_first`` after each round.
     bad_gradients: coordinator.BadGradientLog | None = None
+    #: ``learn_checked(state, buffers, t, dp_keys=None) -> (state, bad)``: ``learn``
+    #: that returns the round's ``(client, step)`` record of non-finite gradients
+    #: (:data:`coordinator.NO_BAD_GRADIENT` if none) instead of sending it to
+    #: ``bad_gradients`` by a host callback, so the round's program holds no
+    #: callback and JAX's persistent compilation cache can keep it; the backend
+    #: passes the record to ``bad_gradients.record`` on the host. None: use ``learn``.
+    learn_checked: Callable | None = None
 
 
 def maximiser_config(config: RunConfig) -> MaximiserConfig:
@@ -142,10 +149,13 @@ def pacd(config: RunConfig, dim: int) -> Method:
         if privacy.enabled and dp_keys is None:
             raise ValueError("differential privacy needs the clients' DP round keys")
 
-    def learn(state, buffers, round_idx, dp_keys=None):
+    def learn_checked(state, buffers, round_idx, dp_keys=None):
         _check_keys(dp_keys)
         one_step = lambda j, carry: checked_step(j, carry, buffers, round_idx, dp_keys)[:2]
-        state, bad = jax.lax.fori_loop(0, learner.num_steps(round_idx), one_step, (state, coordinator.no_bad_gradient()))
+        return jax.lax.fori_loop(0, learner.num_steps(round_idx), one_step, (state, coordinator.no_bad_gradient()))
+
+    def learn(state, buffers, round_idx, dp_keys=None):
+        state, bad = learn_checked(state, buffers, round_idx, dp_keys)
         bad_log.report(bad, round_idx)
         return state
 
@@ -164,7 +174,7 @@ def pacd(config: RunConfig, dim: int) -> Method:
     def propose(state, buffers, keys_):
         return propose_meta_all(learner, config, state.particles, buffers, keys_)
 
-    return Method(config.method, init, learn, propose, learn_intercept, bad_log)
+    return Method(config.method, init, learn, propose, learn_intercept, bad_log, learn_checked)
 
 
 def propose_meta_all(learner: MetaLearner, config: RunConfig, particles: Array, buffers: ClientBuffer, keys_: Array) -> Array:

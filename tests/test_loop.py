@@ -21,13 +21,13 @@ def test_round_traces_once_as_data_grows(monkeypatch, method):
     fam = tasks.make("branin", config.num_clients, 0)
     problem, params = _problem(config, fam)
     traces = []
-    original = loop.bo_round
+    original = loop.bo_round_aux
 
     def counting(*args, **kwargs):
         traces.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(loop, "bo_round", counting)
+    monkeypatch.setattr(loop, "bo_round_aux", counting)
     res = loop.run_batch(problem, methods.build(config, fam.dim), [0], jax.tree_util.tree_map(lambda a: a[None], params), True, jnp.float32)
     assert len(traces) == 1  # one trace for 4 rounds with buffers filling from 5 to 9 rows
     assert res.X.shape == (1, 5, 5 + 4, 2)
@@ -75,6 +75,22 @@ def test_rounds_on_fewer_rows_equal_rounds_on_the_whole_buffer(method):
     full, cut = runs[(11,)], runs[(6, 8, 11)]
     np.testing.assert_allclose(cut.X, full.X, rtol=1e-7, atol=1e-7)
     np.testing.assert_allclose(cut.y, full.y, rtol=1e-7, atol=1e-7)
+
+
+def test_round_program_holds_no_host_callback():
+    """The coordinator's non-finite-gradient record is returned by the round, not sent by a host
+    callback, so JAX's persistent compilation cache can keep the round's program."""
+    config = small_config(iters=2)
+    fam = tasks.make("branin", config.num_clients, 0)
+    problem, params = _problem(config, fam)
+    method = methods.build(config, fam.dim)
+    state = loop.initial_state(problem, method, jnp.asarray(0), params, jnp.float32)
+    args = (state, jnp.asarray(0, jnp.int32), jnp.asarray(0, jnp.int32))
+    reporting = lambda m, b, t, k: (method.learn(m, b, t, k), ())  # noqa: E731
+    hlo = {name: jax.jit(lambda st, t, s: loop.bo_round_aux(problem, method, st, t, s, params, learn)).lower(*args).as_text()
+           for name, learn in [("checked", method.learn_checked), ("reporting", reporting)]}
+    assert "callback" not in hlo["checked"]
+    assert "callback" in hlo["reporting"]  # the check can fail: learn's host callback shows in the program
 
 
 def test_buffers_hold_design_then_queries():
