@@ -41,15 +41,16 @@ def round_timer(config):
     """``time(round_idx) -> {"learn_ms", "propose_ms", "count"}``: one round's halves, one seed, all clients.
 
     The buffers hold ``m0 + round_idx`` valid rows of random data (the cost
-    depends on the sizes, not on the values); round 0's ``learn`` runs the
-    initial SVGD steps. ``learn`` and ``propose`` are compiled once (the
-    round and the count are traced).
+    depends on the sizes, not on the values), cut to the row count the run's
+    round uses at that round (:func:`pacd_jax.loop.row_sizes`); round 0's
+    ``learn`` runs the initial SVGD steps. ``learn`` and ``propose`` compile
+    once per row count (the round and the count are traced).
     """
     import jax
     import jax.numpy as jnp
     import numpy as np
 
-    from pacd_jax import loop, methods, tasks
+    from pacd_jax import client, loop, methods, tasks
 
     fam = tasks.make(config.benchmark, num_clients=config.num_clients, seed=0)
     problem, params = loop.problem_from_family(fam, config.iters, config.init_points, config.noise_std)
@@ -64,7 +65,9 @@ def round_timer(config):
 
     def time_round(round_idx: int, repeats: int = 3) -> dict:
         count = problem.init_points + round_idx
+        rows = next(r for r in problem.sizes if r >= count)  # the rows the run's round computes on (loop.bo_round_aux)
         buffers = state.buffers._replace(X=X, y=y, count=jnp.full_like(state.buffers.count, count))
+        buffers = client.leading_rows(buffers, rows)
         idx = jnp.asarray(round_idx, jnp.int32)
         keys_ = problem.client_keys(seed, "propose", idx)
         model = common.block(learn(state.model, buffers, idx))  # compiles on the first round only
