@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
@@ -81,30 +83,60 @@ def round_timer(config):
 
 
 def estimate_cell(benchmark: str, method: str, iters: int, seeds: int, quick: bool) -> dict:
-    """Estimated wall time of one Table I cell (``seeds`` seeds of ``iters`` rounds), from three measured rounds.
+    """Estimated wall time of one Table I cell (``seeds`` seeds of ``iters`` rounds), from timed rounds.
 
-    Round 0 (initial SVGD steps) is timed on its own; the cost of rounds
-    1..T-1 is taken as linear in the round between those measured at round 1
-    and round T-1 (the step cost grows faster than linearly in m,
-    bench/svgd_step.py, so the straight line overestimates a little); seeds
-    are counted as independent work (the table's single-threaded workers
-    gain little from vectorising them). The run loop's per-round host work
-    (transfers, checks, checkpoints) is left out, which underestimates: compare
-    a cell with the ``run-*`` record of the same benchmark and method.
+    Round 0 (initial SVGD steps) is timed on its own. A round's programs have
+    fixed shapes within a row count (:func:`pacd_jax.loop.row_sizes`), so one
+    timed round per row count (its last, the fullest) stands for every round
+    on that many rows; the cell is round 0 plus the sum over row counts of
+    (rounds on it) x (its round's time). Seeds are counted as independent
+    work (the table's single-threaded workers gain little from vectorising
+    them). The run loop's per-round host work (transfers, checks,
+    checkpoints) is left out, which underestimates: compare a cell with the
+    ``run-*`` record of the same benchmark and method.
     """
+    from pacd_jax import loop, tasks
     from pacd_jax.config import RunConfig
 
     config = RunConfig(benchmark=benchmark, method=method, iters=iters, **(SMALL if quick else {}))
+    fam = tasks.make(benchmark, num_clients=config.num_clients, seed=0)
+    problem, _ = loop.problem_from_family(fam, iters, config.init_points, config.noise_std)
+    rows_of = [next(r for r in problem.sizes if r >= problem.init_points + t) for t in range(iters)]
     time_round = round_timer(config)
-    first, second, last = (time_round(t, repeats=1) for t in (0, 1, iters - 1))
     per_round = lambda h: h["learn_ms"] + h["propose_ms"]  # noqa: E731
-    one_seed_ms = per_round(first) + (iters - 1) * 0.5 * (per_round(second) + per_round(last))
+    first = time_round(0, repeats=1)
+    by_rows = {}
+    for rows in sorted(set(rows_of[1:])):
+        t_last = max(t for t in range(1, iters) if rows_of[t] == rows)
+        timed = time_round(t_last, repeats=1)
+        by_rows[str(rows)] = {**timed, "round": t_last, "rounds": sum(1 for r in rows_of[1:] if r == rows)}
+    one_seed_ms = per_round(first) + sum(v["rounds"] * per_round(v) for v in by_rows.values())
     return common.record(
         f"estimate-{benchmark}-{method}-T{iters}-S{seeds}",
         {"benchmark": benchmark, "method": method, "iters": iters, "seeds": seeds, "quick": quick,
-         "round0": first, "round1": second, "last_round": last, "one_seed_s": one_seed_ms / 1e3},
+         "round0": first, "by_rows": by_rows, "one_seed_s": one_seed_ms / 1e3},
         [seeds * one_seed_ms / 1e3], 0.0,
     )
+
+
+def _round_ms_by_rows(config, round_ms) -> dict:
+    """Median wall time of the timed run's rounds 1.. grouped by the row count each computed on.
+
+    ``round_ms[t]`` is round t's wall time (round 0, with its initial SVGD
+    steps and the program's loading, is left out); with several seeds the
+    rounds of all seeds are pooled.
+    """
+    from pacd_jax import loop, tasks
+
+    fam = tasks.make(config.benchmark, num_clients=config.num_clients, seed=0)
+    problem, _ = loop.problem_from_family(fam, config.iters, config.init_points, config.noise_std)
+    groups: dict[int, list] = {}
+    for k, ms in enumerate(round_ms):
+        t = k % config.iters
+        if t > 0:
+            rows = next(r for r in problem.sizes if r >= problem.init_points + t)
+            groups.setdefault(rows, []).append(float(ms))
+    return {str(rows): float(np.median(v)) for rows, v in sorted(groups.items())}
 
 
 def time_run(benchmark: str, method: str, iters: int, seeds: int, quick: bool) -> dict:
@@ -132,8 +164,9 @@ def time_run(benchmark: str, method: str, iters: int, seeds: int, quick: bool) -
             t0 = time.perf_counter()
             experiment.run(config)
             first = time.perf_counter() - t0
+            stamps = []
             t0 = time.perf_counter()
-            experiment.run(config)
+            experiment.run(config, on_round=lambda done, total: stamps.append(time.perf_counter()))
             wall = time.perf_counter() - t0
         finally:
             for k, v in previous.items():
@@ -143,10 +176,12 @@ def time_run(benchmark: str, method: str, iters: int, seeds: int, quick: bool) -
             compilation_cache.reset_cache()
 
     halves = round_timer(config)(iters - 1)
+    by_rows = _round_ms_by_rows(config, np.diff(np.asarray([t0] + stamps)) * 1e3)
     rec = common.record(
         f"run-{benchmark}-{method}-T{iters}",
         {"benchmark": benchmark, "method": method, "iters": iters, "seeds": seeds, "clients": config.num_clients,
-         "quick": quick, "learn_ms": halves["learn_ms"], "propose_ms": halves["propose_ms"]},
+         "quick": quick, "learn_ms": halves["learn_ms"], "propose_ms": halves["propose_ms"],
+         "round_ms_by_rows": by_rows},
         [wall], max(first - wall, 0.0),
     )
     return rec
@@ -160,8 +195,9 @@ def _describe_run(rec: dict) -> str:
 
 def _describe_estimate(rec: dict) -> str:
     c = rec["config"]
-    rounds = "/".join(f"{c[k]['learn_ms'] + c[k]['propose_ms']:.0f}" for k in ("round0", "round1", "last_round"))
-    return f"{rec['name']:40s} {rec['median_ms'] / 6e4:8.1f} min  ({c['one_seed_s']:.1f} s per seed; rounds 0/1/last {rounds} ms)"
+    ms = lambda h: h["learn_ms"] + h["propose_ms"]  # noqa: E731
+    rounds = ", ".join([f"round 0 {ms(c['round0']):.0f}"] + [f"{rows} rows {ms(v):.0f}" for rows, v in c["by_rows"].items()])
+    return f"{rec['name']:40s} {rec['median_ms'] / 6e4:8.1f} min  ({c['one_seed_s']:.1f} s per seed; {rounds} ms)"
 
 
 def main(argv=None) -> int:

@@ -45,7 +45,10 @@ def _config_note(r: dict) -> str:
     if "sweep" in c:
         return f"cost ~ {c['sweep']}^{c['fitted_exponent']:.2f} over the sweep"
     if "learn_ms" in c:
-        return f"late round: learn {c['learn_ms']:.0f} ms, propose {c['propose_ms']:.0f} ms"
+        note = f"late round: learn {c['learn_ms']:.0f} ms, propose {c['propose_ms']:.0f} ms"
+        if c.get("round_ms_by_rows"):
+            note += "; median round on " + ", ".join(f"{rows} rows {ms:.0f} ms" for rows, ms in c["round_ms_by_rows"].items())
+        return note
     if "top_ops_ms" in c:
         return "top ops: " + ", ".join(f"{k} {v:.3f}" for k, v in list(c["top_ops_ms"].items())[:3])
     return ""

@@ -65,6 +65,8 @@ def test_full_run_quick_writes_a_record(tmp_path):
     _check_records(records)
     (rec,) = records
     assert rec["name"] == "run-sinusoid-pacd-T3" and rec["config"]["learn_ms"] > 0 and rec["config"]["propose_ms"] > 0
+    by_rows = rec["config"]["round_ms_by_rows"]  # rounds 1-2 of the timed run, all on the 8 rows of the buffer
+    assert list(by_rows) == ["8"] and by_rows["8"] > 0
 
 
 def test_full_run_table_estimate_sums_its_cells(tmp_path):
@@ -75,9 +77,11 @@ def test_full_run_table_estimate_sums_its_cells(tmp_path):
     assert [r["name"] for r in cells] == ["estimate-sinusoid-pacd-T3-S4"]
     for r in cells:
         c = r["config"]
-        assert [c[k]["count"] for k in ("round0", "round1", "last_round")] == [5, 6, 7]  # m0 = 5 in 1-D
+        # m0 = 5 in 1-D, capacity 8: one row count, rounds 1-2 on it, timed at its last round (7 points)
+        assert c["round0"]["count"] == 5 and list(c["by_rows"]) == ["8"]
+        assert c["by_rows"]["8"]["rounds"] == 2 and c["by_rows"]["8"]["count"] == 7
         one_round = lambda h: h["learn_ms"] + h["propose_ms"]  # noqa: E731
-        one_seed_ms = one_round(c["round0"]) + 2 * 0.5 * (one_round(c["round1"]) + one_round(c["last_round"]))
+        one_seed_ms = one_round(c["round0"]) + sum(v["rounds"] * one_round(v) for v in c["by_rows"].values())
         assert r["median_ms"] == pytest.approx(4 * one_seed_ms)
     assert total["name"] == "estimate-table-T3-S4"
     assert total["median_ms"] == pytest.approx(sum(r["median_ms"] for r in cells))
