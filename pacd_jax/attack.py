@@ -25,8 +25,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
+from pacd_jax import optim
 from pacd_jax.gp import DEFAULT_JITTER, GPData, MetaGP, gmll_grads
 
 Array = jax.Array
@@ -210,23 +210,9 @@ def _solve(model: MetaGP, config: AttackConfig, m: int, key: Array, particles: A
         y = y if config.learn_y else y_known
         return dlg_loss(model, X, y, particles, grads, config.cosine, config.normalise)
 
-    opt = optax.lbfgs(memory_size=config.memory)
-    value_and_grad = optax.value_and_grad_from_state(loss_of)
-
     def one(params):
-        state = opt.init(params)
-
-        def body(_, carry):
-            params, state = carry
-            value, grad = value_and_grad(params, state=state)
-            updates, state = opt.update(grad, state, params, value=value, grad=grad, value_fn=loss_of)
-            new = optax.apply_updates(params, updates)
-            # a step to a non-finite point freezes the restart (it is then scored by its loss)
-            ok = jnp.all(jnp.isfinite(new[0])) & jnp.all(jnp.isfinite(new[1]))
-            params = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, params)
-            return params, state
-
-        params, _ = jax.lax.fori_loop(0, config.steps, body, (params, state))
+        # a step to a non-finite point freezes the restart (it is then scored by its loss)
+        params = optim.lbfgs(loss_of, params, config.steps, config.memory)
         X = jax.nn.sigmoid(params[0]) if config.bounded else params[0]
         return X, params[1], loss_of(params)
 
@@ -382,20 +368,8 @@ class ProgressiveConfig:
 
 
 def _lbfgs(loss_of, params, steps: int, memory: int):
-    """``steps`` L-BFGS iterations (optax, zoom line search); a non-finite step freezes the run."""
-    opt = optax.lbfgs(memory_size=memory)
-    value_and_grad = optax.value_and_grad_from_state(loss_of)
-
-    def body(_, carry):
-        params, state = carry
-        value, grad = value_and_grad(params, state=state)
-        updates, state = opt.update(grad, state, params, value=value, grad=grad, value_fn=loss_of)
-        new = optax.apply_updates(params, updates)
-        ok = jnp.all(jnp.array([jnp.all(jnp.isfinite(a)) for a in jax.tree_util.tree_leaves(new)]))
-        params = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, params)
-        return params, state
-
-    params, _ = jax.lax.fori_loop(0, steps, body, (params, opt.init(params)))
+    """``steps`` L-BFGS iterations (:func:`pacd_jax.optim.lbfgs`); returns the parameters and their loss."""
+    params = optim.lbfgs(loss_of, params, steps, memory)
     return params, loss_of(params)
 
 

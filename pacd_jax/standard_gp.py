@@ -21,10 +21,9 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from jax.scipy.linalg import cho_solve
 
-from pacd_jax import linalg
+from pacd_jax import linalg, optim
 from pacd_jax.gp import (
     DEFAULT_JITTER,
     GPData,
@@ -214,22 +213,8 @@ def neg_log_posterior(config: StandardGPConfig, hyper: GPHyper, data: GPData) ->
 
 
 def _lbfgs(config: StandardGPConfig, data: GPData, hyper0: GPHyper) -> tuple[GPHyper, Array]:
-    fun = lambda h: neg_log_posterior(config, h, data)
-    opt = optax.lbfgs(linesearch=optax.scale_by_zoom_linesearch(max_linesearch_steps=20))
-    value_and_grad = optax.value_and_grad_from_state(fun)
-
-    def body(_, carry):
-        h, state = carry
-        value, grad = value_and_grad(h, state=state)
-        updates, state = opt.update(grad, state, h, value=value, grad=grad, value_fn=fun)
-        h_new = optax.apply_updates(h, updates)
-        # A failed step (non-finite objective) keeps the previous iterate; the
-        # line search has already evaluated the objective at h_new.
-        ok = jnp.isfinite(optax.tree_utils.tree_get(state, "value"))
-        h = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), h_new, h)
-        return h, state
-
-    h, _ = jax.lax.fori_loop(0, config.fit_steps, body, (hyper0, opt.init(hyper0)))
+    fun = lambda h: neg_log_posterior(config, h, data)  # noqa: E731
+    h = optim.lbfgs(fun, hyper0, config.fit_steps, initial_guess="keep")
     value = fun(h)
     return h, jnp.where(jnp.isfinite(value), value, jnp.inf)
 

@@ -1,0 +1,34 @@
+"""The package's one L-BFGS loop (optax, zoom line search) with its non-finite guard."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.optimize import minimize, rosen, rosen_der
+
+from pacd_jax import optim
+
+
+@pytest.mark.parametrize("guess", ["one", "keep"])
+def test_lbfgs_finds_the_rosenbrock_minimum_scipy_finds(guess):
+    with jax.enable_x64(True):
+        x0 = np.array([-1.2, 1.0, -0.5, 0.8])
+        loss = lambda x: jnp.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)  # noqa: E731
+        ours = np.asarray(jax.jit(lambda p: optim.lbfgs(loss, p, 200, initial_guess=guess))(jnp.asarray(x0)))
+    ref = minimize(rosen, x0, method="BFGS", jac=rosen_der, options={"gtol": 1e-10}).x
+    np.testing.assert_allclose(ours, ref, atol=1e-6)
+    np.testing.assert_allclose(ours, np.ones(4), atol=1e-6)  # the known minimiser
+
+
+def test_a_step_into_non_finite_values_is_not_taken():
+    """The objective is NaN for x > 0.5; its unconstrained minimum is at 2. The iterate must
+    stay finite and at a point where the objective is finite, for every vmapped start."""
+    with jax.enable_x64(True):
+        loss = lambda p: jnp.where(p["x"] > 0.5, jnp.nan, (p["x"] - 2.0) ** 2).sum()  # noqa: E731
+        starts = {"x": jnp.asarray([[-3.0], [0.0], [0.4]])}
+        out = jax.jit(jax.vmap(lambda p: optim.lbfgs(loss, p, 30)))(starts)
+        x = np.asarray(out["x"])[:, 0]
+        assert np.all(np.isfinite(x)) and np.all(x <= 0.5)
+        assert np.all(x >= np.asarray(starts["x"])[:, 0] - 1e-12)  # no step went downhill-away from 2
+        values = np.asarray(jax.vmap(loss)(out))
+        assert np.all(np.isfinite(values))
