@@ -42,6 +42,7 @@ VARIANTS = {
     "lambda50": dict(meta_lambda=50.0),
     "lambda500": dict(meta_lambda=500.0),
     "lambda1": dict(meta_lambda=1.0),
+    "lambda0.2": dict(meta_lambda=0.2),
     "hidden16": dict(hidden=(16, 16)),
     "pf1": dict(prior_factor=1.0),
     "indep-kappa1.5": dict(method="independent", kappa=1.5),
