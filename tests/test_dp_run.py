@@ -45,13 +45,13 @@ def test_learn_step_is_svgd_on_privatised_client_messages():
 def test_run_json_records_dp_and_epsilon_and_round_compiles_once(monkeypatch):
     config = small_config(dp_sigma=2.0, dp_clip=0.5, num_clients=2, iters=3)
     traces = []
-    original = loop.bo_round
+    original = loop.bo_round_aux
 
     def counting(*args, **kwargs):
         traces.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(loop, "bo_round", counting)
+    monkeypatch.setattr(loop, "bo_round_aux", counting)
     doc = experiment.run(config)
     assert len(traces) == 1  # DP keys derive from the traced round index: no retrace as rounds go by
     assert doc["config"]["dp_sigma"] == 2.0 and doc["config"]["dp_clip"] == 0.5

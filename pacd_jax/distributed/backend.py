@@ -112,7 +112,7 @@ def coordinator_round_fn(
     target: int | None = None,
     bad_gradients: coordinator.BadGradientLog | None = None,
 ):
-    """The coordinator's jitted BO round: ``n_t`` communication cycles and the final broadcast.
+    """The coordinator's BO round (jitted, plus a host step): ``n_t`` communication cycles and the final broadcast.
 
     Non-finite gradients it receives go to ``bad_gradients`` (a fresh log if
     None), for the caller's ``raise_first`` after the round.
@@ -125,6 +125,7 @@ def coordinator_round_fn(
     bad_log = bad_gradients if bad_gradients is not None else coordinator.BadGradientLog()
 
     def one_round(state, round_idx):
+        """The jitted round; also returns the ``(client, step)`` record of non-finite gradients."""
         steps = learner.num_steps(round_idx)
         beta = (init_points + round_idx).astype(state.particles.dtype)  # m, public
 
@@ -139,11 +140,18 @@ def coordinator_round_fn(
 
         empty = (jnp.zeros_like(state.particles), jnp.zeros_like(state.particles)) if target is not None else ()
         state, seen, bad = jax.lax.fori_loop(0, steps, one_step, (state, empty, coordinator.no_bad_gradient()))
-        bad_log.report(bad, round_idx)
         channel.broadcast(state.particles, round_idx, steps)
-        return (state, seen) if target is not None else state
+        return ((state, seen) if target is not None else state), bad
 
-    return jax.jit(one_round)
+    jitted = jax.jit(one_round)
+
+    def round_fn(state, round_idx):
+        # the record comes back as an output (no host callback in the program), kept on the host
+        out, bad = jitted(state, round_idx)
+        bad_log.record(np.asarray(bad), int(round_idx))
+        return out
+
+    return round_fn
 
 
 def _client_problem(fam: tasks.TaskFamily, client_id: int, config: RunConfig):
