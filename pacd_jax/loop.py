@@ -7,8 +7,10 @@ is a traced integer, so the round compiles once and never retraces as data
 grows. So that early rounds do not pay for the whole capacity, the round's
 learning and proposal run on the smallest of a few row counts that holds
 every point so far (:func:`row_sizes`: 32, 64, 128, ... and the capacity),
-chosen by ``lax.switch`` on the traced round: still one program, and
-padded rows are ignored exactly, so the result is the same up to round-off. Seeds are vectorised with ``vmap`` when the task family exposes its
+chosen by ``lax.switch`` on the traced round: still one program, and padded
+rows are ignored exactly, so the result is the same up to round-off.
+
+Seeds are vectorised with ``vmap`` when the task family exposes its
 parameters as arrays (every built-in family does); otherwise they run one
 after another.
 """
