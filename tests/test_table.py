@@ -59,7 +59,10 @@ def _run_and_interrupt(cmd, env, out):
     """Start the grid, Ctrl-C it once its first cell is written; ``(returncode, stderr)``."""
     err_path = out / "stderr.txt"
     err_file = open(err_path, "w")
-    proc = subprocess.Popen(cmd, env=env, stderr=err_file, text=True, start_new_session=True)
+    # SIGINT back to its default in the child: a shell ignores it for commands it starts with '&'
+    # (a backgrounded CI run), and a process that inherits the ignore never sees Ctrl-C
+    proc = subprocess.Popen(cmd, env=env, stderr=err_file, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 300
     while not list(out.glob("cells/*/*/run.json")):
         assert proc.poll() is None and time.time() < deadline, "the grid ended before its first cell"
