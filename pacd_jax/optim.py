@@ -30,7 +30,7 @@ def lbfgs(loss_of: Callable[[Any], jax.Array], params: Any, steps: int, memory_s
     A step whose new parameters or objective value (the line search has
     evaluated it) is NaN/inf is not taken: the iterate stays where it was, so
     a diverging start ends at its last finite point and is scored there.
-    Jit-, vmap- and grad-free: ``loss_of`` only needs to be differentiable.
+    Works under ``jit`` and ``vmap`` (restarts); ``loss_of`` needs only to be differentiable.
     """
     opt = optax.lbfgs(memory_size=memory_size, linesearch=optax.scale_by_zoom_linesearch(
         max_linesearch_steps=20, initial_guess_strategy=initial_guess))
