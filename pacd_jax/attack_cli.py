@@ -46,13 +46,29 @@ def add_parser(sub, helpers) -> None:
         "--search-steps steps on --search-particles particles), refines all points jointly (--joint-steps), and retries with fresh "
         "candidates (--tries) while the loss is above 1e-8 of the message's squared norm. The listed rounds are scored.",
     )
-    g.add_argument("--attack-mode", choices=("paper", "progressive"), default="paper", help="paper: each listed round from scratch (default); progressive: warm-started round after round")
+    g.add_argument(
+        "--attack-mode",
+        choices=("paper", "progressive", "pursuit"),
+        default="paper",
+        help="paper: eq. 11 on each listed round from random starts (default); progressive: warm-started round after round; "
+        "pursuit: each listed round from its message's atoms (pacd_jax.pursuit)",
+    )
     g.add_argument("--first-restarts", type=helpers["positive_int"], default=64, help="restarts of the progressive attack's first round (default %(default)s)")
     g.add_argument("--new-candidates", type=helpers["positive_int"], default=16, help="starts per new point (default %(default)s)")
     g.add_argument("--search-steps", type=helpers["positive_int"], default=40, help="L-BFGS steps of the new-point search (default %(default)s)")
     g.add_argument("--search-particles", type=helpers["positive_int"], default=2, help="particles used by the new-point search (default %(default)s)")
     g.add_argument("--joint-steps", type=helpers["nonneg_int"], default=30, help="joint L-BFGS steps on all points after the search (default %(default)s)")
     g.add_argument("--tries", type=helpers["positive_int"], default=3, help="candidate batches per round at most (default %(default)s)")
+    pu = p.add_argument_group(
+        "pursuit attacker",
+        "--attack-mode pursuit: the message is a sum of one Jacobian atom group per point with coefficients that enter linearly; "
+        "the attack adds the point that explains most of the residual m times (scored on --pursuit-candidates Sobol points and "
+        "next to the points found), moving all points after each addition, then swaps the weakest point while that helps.",
+    )
+    pu.add_argument("--pursuit-candidates", type=helpers["positive_int"], default=4096, help="Sobol candidates per addition (default %(default)s)")
+    pu.add_argument("--pursuit-grow-steps", type=helpers["positive_int"], default=15, help="L-BFGS steps after each addition (default %(default)s)")
+    pu.add_argument("--pursuit-final-steps", type=helpers["positive_int"], default=200, help="L-BFGS steps once all points are in (default %(default)s)")
+    pu.add_argument("--pursuit-swaps", type=helpers["nonneg_int"], default=10, help="drop-and-search passes at most (default %(default)s)")
     dp = p.add_argument_group("defense")
     dp.add_argument("--dp-sigma", type=helpers["float"], default=0.0, help="DP noise multiplier sigma (paper eq. 13); > 0 also runs and plots the DP case (default off)")
     dp.add_argument("--dp-clip", type=helpers["float"], default=d.dp_clip, help="DP clip norm C (paper eq. 12; default %(default)s)")
@@ -74,7 +90,7 @@ def add_parser(sub, helpers) -> None:
 def cmd_attack(args, usage_error) -> int:
     from tqdm.auto import tqdm
 
-    from pacd_jax import attack, io, leakage, progress, tasks
+    from pacd_jax import attack, io, leakage, progress, pursuit, tasks
     from pacd_jax.config import RunConfig
 
     if args.benchmark not in tasks.known_families():
@@ -100,6 +116,11 @@ def cmd_attack(args, usage_error) -> int:
         cosine=args.cosine, normalise=args.normalise, particles=args.attack_particles, bounded=args.box,
     )
 
+    if args.attack_mode == "pursuit":
+        cfg = pursuit.PursuitConfig(
+            candidates=args.pursuit_candidates, grow_steps=args.pursuit_grow_steps, final_steps=args.pursuit_final_steps,
+            swaps=args.pursuit_swaps,
+        )
     prog = None
     if args.attack_mode == "progressive":
         prog = attack.ProgressiveConfig(

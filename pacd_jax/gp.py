@@ -407,6 +407,24 @@ class MetaGP:
             h = h / jax.nn.softplus(params["lengthscale_raw"])
         return h
 
+    def network_outputs(self, phi: Array, X: Array) -> Array:
+        """Both networks' raw outputs at one or more points: ``[m_phi(x), h_phi(x) before 1/l]``, ``(..., 1 + F)``.
+
+        The client's message depends on its data only through these (paper
+        eq. 5-6 by the chain rule); :mod:`pacd_jax.pursuit` uses their
+        Jacobians as a dictionary.
+        """
+        params = self.unravel(phi)
+        x = self._net_input(X)
+        mean = self._mean_net.apply({"params": params["mean"]}, x)
+        return jnp.concatenate([mean, self._feature_net.apply({"params": params["features"]}, x)], axis=-1)
+
+    def network_coordinates(self) -> np.ndarray:
+        """Sorted indices of the mean and feature networks' weights in a flat particle ``phi``."""
+        index = self.unravel(jnp.arange(self.num_params))
+        leaves = jax.tree_util.tree_leaves({"mean": index["mean"], "features": index["features"]})
+        return np.sort(np.concatenate([np.ravel(np.asarray(leaf)) for leaf in leaves]))
+
     def noise_variance(self, phi: Array) -> Array:
         """``softplus(raw) + noise_floor`` (in standardised-y units)."""
         raw = self.unravel(phi)["noise_raw"][0]

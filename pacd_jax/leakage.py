@@ -17,7 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pacd_jax import attack, intercept, io, methods, metrics
+import dataclasses
+
+from pacd_jax import attack, intercept, io, methods, metrics, pursuit
 from pacd_jax.config import RunConfig
 
 #: The paper's rounds (section V-B); 0-based round indices of a T = 100 run.
@@ -25,9 +27,19 @@ PAPER_ROUNDS = (1, 5, 20, 40, 60, 80, 99)
 
 
 def attack_record(
-    model, record: intercept.Record, truth: intercept.Truth, attack_config: attack.AttackConfig, key, rng: np.random.Generator
+    model,
+    record: intercept.Record,
+    truth: intercept.Truth,
+    attack_config: attack.AttackConfig | pursuit.PursuitConfig,
+    key,
+    rng: np.random.Generator,
 ) -> dict:
     """Attack one record in float64 and score it; one entry of ``attack.json``'s ``rounds``.
+
+    ``attack_config`` picks the attacker: eq. 11 from random starts
+    (:class:`pacd_jax.attack.AttackConfig`) or the pursuit attack
+    (:class:`pacd_jax.pursuit.PursuitConfig`, whose ``loss`` is the relative
+    residual and whose ``restart_losses`` is that single value).
 
     A record whose message is not finite (the run itself diverged) cannot be
     attacked: its entry has ``"error"`` and null scores.
@@ -50,17 +62,17 @@ def attack_record(
             "X_true": truth.X.tolist(),
             "X_rec": None,
         }
+    extra = {}
     with jax.enable_x64(True):
         start = time.perf_counter()
-        res = attack.run_attack(
-            model,
-            jnp.asarray(record.particles, jnp.float64),
-            jnp.asarray(record.grads, jnp.float64),
-            record.m,
-            key,
-            attack_config,
-            y_known=truth.y,
-        )
+        particles = jnp.asarray(record.particles, jnp.float64)
+        grads = jnp.asarray(record.grads, jnp.float64)
+        if isinstance(attack_config, pursuit.PursuitConfig):
+            found = pursuit.pursuit_attack(model, particles, grads, int(record.m), key, attack_config)
+            res = attack.AttackResult(found.X, found.y, found.loss, np.asarray([found.loss]), 0)
+            extra = {"stages": [[name, value] for name, value in found.history], "swaps": found.swaps}
+        else:
+            res = attack.run_attack(model, particles, grads, record.m, key, attack_config, y_known=truth.y)
         elapsed = time.perf_counter() - start
     scores = metrics.reconstruction_scores(res.X, truth.X)
     uniform = metrics.no_information_baseline(truth.X, rng, "uniform")
@@ -76,6 +88,7 @@ def attack_record(
         "rmse_ratio": scores["matched_rmse"] / uniform["matched_rmse"],
         "true_dispersion": metrics.dispersion(truth.X),
         "restart_losses": [float(v) if np.isfinite(v) else None for v in res.losses],
+        **extra,
         "time_s": elapsed,
         "X_true": truth.X.tolist(),
         "X_rec": res.X.tolist(),
@@ -143,7 +156,7 @@ def run_leakage(
     config: RunConfig,
     target: int,
     rounds,
-    attack_config: attack.AttackConfig,
+    attack_config: attack.AttackConfig | pursuit.PursuitConfig,
     task_factory=None,
     on_round=None,
     on_bo_round=None,
@@ -193,18 +206,22 @@ def run_leakage(
         out.append(entry)
         if on_round is not None:
             on_round(entry)
-    attack_doc = {
-        "mode": "paper",
-        "restarts": attack_config.restarts,
-        "steps": attack_config.steps,
-        "learn_y": attack_config.learn_y,
-        "init": attack_config.init,
-        "cosine": attack_config.cosine,
-        "normalise": attack_config.normalise,
-        "particles": attack_config.particles,
-        "bounded": attack_config.bounded,
-        "precision": "float64",
-    }
+    if isinstance(attack_config, pursuit.PursuitConfig):
+        options = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(attack_config).items()}
+        attack_doc = {"mode": "pursuit", **options, "precision": "float64"}
+    else:
+        attack_doc = {
+            "mode": "paper",
+            "restarts": attack_config.restarts,
+            "steps": attack_config.steps,
+            "learn_y": attack_config.learn_y,
+            "init": attack_config.init,
+            "cosine": attack_config.cosine,
+            "normalise": attack_config.normalise,
+            "particles": attack_config.particles,
+            "bounded": attack_config.bounded,
+            "precision": "float64",
+        }
     if progressive is not None:
         attack_doc = {"mode": "progressive", **progressive_options(progressive), "precision": "float64"}
     return {

@@ -154,6 +154,8 @@ def cell_key(config, target: int, rounds, attack_config) -> dict:
 
     key = {"version": CELL_VERSION, "config": config.to_dict(), "target": int(target), "rounds": [int(t) for t in rounds],
            "attack": dataclasses.asdict(attack_config), "band": {"draws": BAND_DRAWS, "q": list(BAND_Q)}}
+    if type(attack_config).__name__ == "PursuitConfig":  # (paper-attacker cells keep their earlier keys)
+        key["attack_mode"] = "pursuit"
     return json.loads(json.dumps(key))  # tuples -> lists, as read back from the file
 
 
@@ -286,7 +288,8 @@ def sweep_document(base, sigmas, seeds, target, rounds, attack_config, operating
         "operating_sigma": float(operating_sigma),
         "delta": DELTA,
         "band": {"kind": "uniform guesses", "draws": BAND_DRAWS, "quantiles": list(BAND_Q)},
-        "attack": {**dataclasses.asdict(attack_config), "precision": "float64"},
+        "attack": {"mode": "pursuit" if type(attack_config).__name__ == "PursuitConfig" else "paper",
+                   **dataclasses.asdict(attack_config), "precision": "float64"},
         "config": base.to_dict(),
         "meta": dict(meta),
     }
@@ -323,12 +326,18 @@ def table(doc: dict) -> str:
     c = doc["config"]
     m = doc["meta"]
     a = doc["attack"]
+    if a.get("mode") == "pursuit":
+        attacker = (f"Attack: pursuit (pacd_jax.pursuit), {a['candidates']} candidates, {a['grow_steps']} + {a['final_steps']} "
+                    f"L-BFGS steps, up to {a['swaps']} swaps. ")
+    else:
+        attacker = (f"Attack: {a['restarts']} restarts x {a['steps']} L-BFGS steps, init {a['init']}, "
+                    f"{'y known' if not a['learn_y'] else 'y optimised'}{', box' if a['bounded'] else ''}"
+                    f"{', cosine' if a['cosine'] else ''}. ")
     rows.append("")
     rows.append(
         f"{doc['benchmark']}, {c['num_clients']} clients, target client {doc['target_client']}, seeds {doc['seeds']}, "
         f"{c['iters']} rounds, K = {c['num_particles']}, C = {doc['clip']:g}; ε at δ = {doc['delta']:g} of one client's run. "
-        f"Attack: {a['restarts']} restarts x {a['steps']} L-BFGS steps, init {a['init']}, "
-        f"{'y known' if not a['learn_y'] else 'y optimised'}{', box' if a['bounded'] else ''}{', cosine' if a['cosine'] else ''}. "
+        f"{attacker}"
         f"RMSE ratio = matched RMSE / a uniform guess's (mean ± std over seeds; < 1 beats guessing); "
         f"band = {int(100 * doc['band']['quantiles'][0])}-{int(100 * doc['band']['quantiles'][1])} % of the guesses' matched RMSE; "
         f"the next column counts (seed, round) attacks below / within / above it; the last, the share of points within "
@@ -508,12 +517,14 @@ def add_parser(sub) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
     p.add_argument("--format", choices=("png", "pdf"), default="png", help="figure format (default %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-cell lines")
+    p.add_argument("--attack-mode", choices=("paper", "pursuit"), default="paper",
+                   help="paper: eq. 11 from random starts (default); pursuit: from the message's atoms (as pacd-bo attack)")
     groups = _borrowed_groups({"positive_int": _positive_int, "nonneg_int": _nonneg_int, "int_list": _int_list, "float": _float})
-    for title in ("attack", "run (defaults as pacd-bo run)"):
+    for title in ("attack", "pursuit attacker", "run (defaults as pacd-bo run)"):
         g = p.add_argument_group(title)
         for action in groups[title]:
             g._add_action(action)
-    p.set_defaults(attack_dests=[a.dest for a in groups["attack"]])
+    p.set_defaults(attack_dests=[a.dest for a in groups["attack"]], pursuit_dests=[a.dest for a in groups["pursuit attacker"]])
 
 
 #: ``pacd-bo attack`` option (dest) -> AttackConfig field, where the names differ.
@@ -522,10 +533,22 @@ _ATTACK_FIELDS = {"known_y": ("learn_y", lambda v: not v), "attack_init": ("init
 
 
 def attack_config_from_args(args):
-    """The :class:`pacd_jax.attack.AttackConfig` of the attacker options (same meaning as in ``pacd-bo attack``)."""
+    """The attacker of the options (same meaning as in ``pacd-bo attack``).
+
+    :class:`pacd_jax.attack.AttackConfig` (``--attack-mode paper``) or
+    :class:`pacd_jax.pursuit.PursuitConfig` (``--attack-mode pursuit``).
+    """
     import dataclasses
 
-    from pacd_jax import attack
+    from pacd_jax import attack, pursuit
+
+    if getattr(args, "attack_mode", "paper") == "pursuit":
+        kw = {dest.removeprefix("pursuit_"): getattr(args, dest) for dest in args.pursuit_dests}
+        fields = {f.name for f in dataclasses.fields(pursuit.PursuitConfig)}
+        unknown = set(kw) - fields
+        if unknown:
+            raise ValueError(f"pursuit options {sorted(unknown)} have no PursuitConfig field")
+        return pursuit.PursuitConfig(**kw)
 
     fields = {f.name for f in dataclasses.fields(attack.AttackConfig)}
     kw = {}

@@ -68,3 +68,17 @@ def test_progressive_mode_follows_every_round_and_scores_the_listed_ones(tmp_pat
     for e in doc["rounds"]:
         assert e["rmse_ratio"] >= 0 and e["tries"] == 1 and "rel_loss" in e
         assert all(0.0 <= v <= 1.0 for p in e["X_rec"] for v in p)
+
+
+def test_pursuit_mode_writes_its_options_and_stages(tmp_path):
+    out = tmp_path / "u"
+    args = ["attack", "--attack-mode", "pursuit", "--rounds", "1", *TINY, "--pursuit-candidates", "64",
+            "--pursuit-grow-steps", "2", "--pursuit-final-steps", "3", "--pursuit-swaps", "1"]
+    assert cli.main([*args, "--out", str(out)]) == 0
+    doc = json.loads((out / "attack.json").read_text())
+    assert doc["attack"]["mode"] == "pursuit" and doc["attack"]["candidates"] == 64 and doc["attack"]["swaps"] == 1
+    (entry,) = doc["rounds"]
+    assert entry["m"] == 6 and len(entry["X_rec"]) == 6
+    assert [name for name, _ in entry["stages"]][:2] == ["grow", "refine"]
+    assert entry["loss"] == entry["stages"][-1][1] and 0.0 <= entry["loss"] <= 1.0
+    assert all(0.0 <= v <= 1.0 for p in entry["X_rec"] for v in p)

@@ -178,3 +178,20 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra, message):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
     assert not out.exists()
+
+
+def test_pursuit_attacker_runs_in_the_sweep_and_keys_its_cells(tmp_path):
+    from pacd_jax import attack, pursuit
+    from pacd_jax.config import RunConfig
+
+    out = tmp_path / "p"
+    argv = ["privacy", *RUN, "--seeds", "0", "--rounds", "1", "--clip", "2.5", "--quiet", "--sigmas", "0", "--operating-sigma", "0",
+            "--attack-mode", "pursuit", "--pursuit-candidates", "64", "--pursuit-grow-steps", "2", "--pursuit-final-steps", "3",
+            "--pursuit-swaps", "0", "--out", str(out)]
+    assert cli.main(argv) == 0
+    doc = json.loads((out / "privacy.json").read_text())
+    assert doc["attack"]["mode"] == "pursuit" and doc["attack"]["candidates"] == 64 and doc["attack"]["swaps"] == 0
+    # a pursuit cell is never taken for a paper-attacker cell of the same run
+    paper = privacy_sweep.cell_key(RunConfig(), 0, [1], attack.AttackConfig())
+    assert privacy_sweep.cell_key(RunConfig(), 0, [1], pursuit.PursuitConfig())["attack_mode"] == "pursuit"
+    assert "attack_mode" not in paper

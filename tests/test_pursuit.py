@@ -1,0 +1,78 @@
+"""Pursuit attack: the message is a sum of per-point Jacobian atoms (eq. 6 by
+the chain rule), checked against the production gradient; the fit, the implied
+targets and recovery of a small known case."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pacd_jax import metrics, pursuit
+from pacd_jax.gp import GPData, MetaGP, MetaGPConfig, gmll_grads
+
+
+def _case(m, hidden=(8, 8), K=3, seed=0):
+    model = MetaGP(MetaGPConfig(dim=2, hidden=hidden, features=2))
+    particles = model.sample_hyperprior(jax.random.key(seed), K, jnp.float64)
+    X = jax.random.uniform(jax.random.key(seed + 1), (m, 2), jnp.float64)
+    y = jax.random.normal(jax.random.key(seed + 2), (m,), jnp.float64)
+    y = (y - y.mean()) / y.std()
+    # the message as a client sends it: a padded buffer, the production gradient
+    size = m + 3
+    data = GPData(jnp.zeros((size, 2)).at[:m].set(X), jnp.zeros((size,)).at[:m].set(y), jnp.arange(size) < m)
+    return model, particles, X, y, gmll_grads(model, particles, data)
+
+
+def test_message_is_exactly_a_combination_of_the_points_atoms():
+    with jax.enable_x64(True):
+        model, particles, X, y, grads = _case(7)
+        coords = jnp.asarray(model.network_coordinates())
+        J = pursuit.atoms(model, particles, X, coords)
+        c, resid = pursuit.fit_coefficients(J, grads[:, coords], jnp.ones(7), ridge=1e-14)
+        rel = float(jnp.sum(resid**2) / jnp.sum(grads[:, coords] ** 2))
+        assert rel < 1e-18
+        # the mean atoms' coefficients are alpha = K^-1 (y - m): they give back y
+        y_back = pursuit.implied_targets(model, particles, X, c[..., 0])
+        np.testing.assert_allclose(np.asarray(y_back), np.asarray(y), atol=1e-6)
+        # and the same fit at wrong points leaves a residual: the check can fail
+        X_wrong = X.at[0].set(jnp.array([0.9, 0.1]) if float(X[0, 0]) < 0.5 else jnp.array([0.1, 0.9]))
+        _, resid_w = pursuit.fit_coefficients(pursuit.atoms(model, particles, X_wrong, coords), grads[:, coords], jnp.ones(7), 1e-14)
+        assert float(jnp.sum(resid_w**2) / jnp.sum(grads[:, coords] ** 2)) > 1e-6
+
+
+def test_network_coordinates_are_the_weights_of_both_networks():
+    model = MetaGP(MetaGPConfig(dim=2, hidden=(8, 8), features=2))
+    coords = model.network_coordinates()
+    # every parameter except the noise and the per-feature lengthscales
+    assert len(coords) == model.num_params - 1 - 2
+    assert len(np.unique(coords)) == len(coords)
+
+
+def test_inactive_slots_get_zero_coefficients():
+    with jax.enable_x64(True):
+        model, particles, X, y, grads = _case(5)
+        coords = jnp.asarray(model.network_coordinates())
+        J = pursuit.atoms(model, particles, X, coords)
+        active = jnp.array([1.0, 1.0, 0.0, 1.0, 0.0])
+        c, _ = pursuit.fit_coefficients(J, grads[:, coords], active, 1e-9)
+        assert np.all(np.asarray(c)[:, [2, 4]] == 0.0)
+
+
+@pytest.mark.parametrize("m", [3, 6])
+def test_recovers_a_small_known_case(m):
+    with jax.enable_x64(True):
+        model, particles, X, y, grads = _case(m, seed=10 + m)
+        cfg = pursuit.PursuitConfig(candidates=1024, shortlist=64, swaps=10)
+        res = pursuit.pursuit_attack(model, particles, grads, m, jax.random.key(0), cfg)
+        assert res.X.shape == (m, 2) and res.y.shape == (m,)
+        assert metrics.matched_rmse(res.X, np.asarray(X)) < 1e-4
+        assert res.loss < 1e-8
+
+
+def test_config_validates():
+    with pytest.raises(ValueError, match="candidates"):
+        pursuit.PursuitConfig(candidates=0)
+    with pytest.raises(ValueError, match="swap_gain"):
+        pursuit.PursuitConfig(swap_gain=1.5)
+    with pytest.raises(ValueError, match="radii"):
+        pursuit.PursuitConfig(radii=(0.7,))
