@@ -149,7 +149,7 @@ def _neighbour_offsets(dim: int, radii) -> np.ndarray:
 
 
 class _Programs:
-    """The jitted pieces for one (model, particle count, m, config); compiled once each."""
+    """The jitted pieces of one attack (closed over its particles and message); each compiles once per attack."""
 
     def __init__(self, model: MetaGP, config: PursuitConfig, particles: Array, target: Array, coords: Array):
         self.model, self.config = model, config
@@ -220,8 +220,7 @@ def _best_candidate(prog: _Programs, sobol, gram_inv, offsets, z, active, resid,
     """The next point: the shortlist of Sobol points and the active points' neighbours, orthogonally rescored."""
     raw = np.asarray(prog.raw_scores(gram_inv, sobol, resid))
     top = sobol[jnp.asarray(np.argsort(-raw)[: prog.config.shortlist])]
-    X = z
-    near = jnp.clip(X[:, None, :] + offsets[None], 1e-3, 1 - 1e-3).reshape(-1, X.shape[1])
+    near = jnp.clip(z[:, None, :] + offsets[None], 1e-3, 1 - 1e-3).reshape(-1, z.shape[1])
     near = jnp.where(jnp.repeat(active, offsets.shape[0])[:, None] > 0, near, top[:1])
     cand = jnp.concatenate([top, near])
     return cand[int(np.argmax(np.asarray(prog.ortho_scores(J, active, cand, resid))))]
