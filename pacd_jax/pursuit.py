@@ -61,8 +61,16 @@ class PursuitConfig:
         swap_gain: a swap is kept if it lowers the residual by this factor.
         polish: further rounds of ``final_steps`` at the end, while each lowers
             the residual by ``swap_gain`` or more.
-        ridge: Tikhonov term of the coefficient fit, relative to the mean
-            diagonal of the atoms' Gram matrix (keeps coinciding points finite).
+        ridge: Tikhonov term of the coefficient fit while growing, relative to
+            the mean diagonal of the atoms' Gram matrix (keeps coinciding points finite).
+        grow_particles: grow on only this many particles (those with the largest
+            messages); one particle's message already has many more weights
+            than unknowns, and growing costs in proportion. ``None``: all.
+        ridge_final: the same term for refining, swapping and polishing. The
+            residual the true points leave is about the ridge (a fraction of
+            the message the regularised fit gives up), so a large ridge makes
+            wrong point sets as good as the truth; a small one keeps the
+            truth's residual far below theirs. ``None``: ``ridge``.
     """
 
     candidates: int = 4096
@@ -74,18 +82,26 @@ class PursuitConfig:
     swap_gain: float = 0.9
     polish: int = 5
     ridge: float = 1e-9
+    grow_particles: int | None = 2
+    ridge_final: float | None = 1e-13
 
     def __post_init__(self):
         for name in ("candidates", "shortlist", "grow_steps", "final_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.grow_particles is not None and (not isinstance(self.grow_particles, int) or self.grow_particles < 1):
+            raise ValueError(f"grow_particles must be a positive integer or None, got {self.grow_particles!r}")
         for name in ("swaps", "polish"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
         if not 0.0 < self.swap_gain < 1.0:
             raise ValueError(f"swap_gain must be in (0, 1), got {self.swap_gain!r}")
+        for name in ("ridge", "ridge_final"):
+            value = getattr(self, name)
+            if value is not None and not (np.isfinite(value) and value > 0.0):
+                raise ValueError(f"{name} must be positive, got {value!r}")
         if any(not 0.0 < r < 0.5 for r in self.radii):
             raise ValueError(f"radii must be in (0, 0.5), got {self.radii!r}")
 
@@ -138,6 +154,25 @@ def fit_coefficients(J: Array, target: Array, active: Array, ridge: float) -> tu
     return c.reshape(K, M, O), resid
 
 
+def removal_costs(J: Array, target: Array, active: Array, ridge: float) -> Array:
+    """``(M,)``: how much the regularised fit's objective grows if each active point is dropped.
+
+    Dropping point ``j`` from a (ridge) least-squares fit raises its objective
+    by ``sum_k c_jk^T (H_k)_jj^-1 c_jk``, ``H_k`` the inverse of the
+    regularised Gram matrix and ``(H_k)_jj`` its ``O x O`` block (the
+    leave-one-block-out identity). Inactive slots get ``inf``.
+    """
+    K, M, O, _ = J.shape
+    B = (J * active[None, :, None, None]).reshape(K, M * O, -1)
+    gram = jnp.einsum("kap,kbp->kab", B, B)
+    scale = jnp.trace(gram, axis1=1, axis2=2)[:, None, None] / jnp.maximum(jnp.sum(active) * O, 1.0)
+    H = jnp.linalg.inv(gram + ridge * scale * jnp.eye(M * O, dtype=J.dtype))
+    c = jnp.einsum("kab,kbp,kp->ka", H, B, target).reshape(K, M, O)
+    blocks = H.reshape(K, M, O, M, O)[:, jnp.arange(M), :, jnp.arange(M), :]  # (M, K, O, O)
+    cost = jnp.einsum("mkoq,kmo,kmq->m", jnp.linalg.inv(blocks), c, c)
+    return jnp.where(active > 0, cost, jnp.inf)
+
+
 def _neighbour_offsets(dim: int, radii) -> np.ndarray:
     """All ``3^d - 1`` grid neighbours per radius for ``d <= 3``, else the ``2d`` axis ones."""
     if dim <= 3:
@@ -157,21 +192,28 @@ class _Programs:
         norm = jnp.sum(target * target)
         P = model.num_params
 
-        def loss_of(z, active):
+        ridge_final = config.ridge if config.ridge_final is None else config.ridge_final
+
+        def loss_of(z, active, ridge):
             J = atoms(model, particles, z, coords)
-            _, r = fit_coefficients(J, target, active, config.ridge)
+            _, r = fit_coefficients(J, target, active, ridge)
             return jnp.sum(r * r) / norm
 
-        self.loss = jax.jit(loss_of)
-        self.grow = jax.jit(lambda z, a: optim.lbfgs(lambda zz: loss_of(zz, a), z, config.grow_steps))
-        self.final = jax.jit(lambda z, a: optim.lbfgs(lambda zz: loss_of(zz, a), z, config.final_steps))
+        self.loss = jax.jit(lambda z, a: loss_of(z, a, ridge_final))
+        self.grow = jax.jit(lambda z, a: optim.lbfgs(lambda zz: loss_of(zz, a, config.ridge), z, config.grow_steps))
+        self.final = jax.jit(lambda z, a: optim.lbfgs(lambda zz: loss_of(zz, a, ridge_final), z, config.final_steps))
 
-        @jax.jit
-        def fit(z, active):
-            J = atoms(model, particles, z, coords)
-            return fit_coefficients(J, target, active, config.ridge) + (J,)
+        def fit_with(ridge):
+            @jax.jit
+            def fit(z, active):
+                J = atoms(model, particles, z, coords)
+                return fit_coefficients(J, target, active, ridge) + (J,)
 
-        self.fit = fit
+            return fit
+
+        self.fit_grow, self.fit = fit_with(config.ridge), fit_with(ridge_final)
+        self.short = jax.jit(lambda z, a: optim.lbfgs(lambda zz: loss_of(zz, a, ridge_final), z, config.grow_steps))
+        self.removal_costs = jax.jit(lambda z, a: removal_costs(atoms(model, particles, z, coords), target, a, ridge_final) / norm)
 
         def embed(r):  # residual on the network weights -> a full particle-sized direction
             return jnp.zeros((P,), r.dtype).at[coords].set(r)
@@ -226,6 +268,37 @@ def _best_candidate(prog: _Programs, sobol, gram_inv, offsets, z, active, resid,
     return cand[int(np.argmax(np.asarray(prog.ortho_scores(J, active, cand, resid))))]
 
 
+def _exchange(prog: _Programs, sobol, gram_inv, offsets, z, active, loss):
+    """One exchange pass; ``(z, loss)`` if it lowered the residual by ``swap_gain``, else ``None``.
+
+    First add-then-prune: put the best candidate for the residual in as an
+    extra point, let all ``m + 1`` move, and drop the one whose loss costs
+    least (a point in the wrong place, or a duplicate). Then, if that did not
+    help, drop-then-add: remove one of the cheapest points and search afresh
+    for its replacement.
+    """
+    config = prog.config
+    m = z.shape[0]
+    _, resid, J = prog.fit(z, active)
+    x_new = _best_candidate(prog, sobol, gram_inv, offsets, z, active, resid, J)
+    z_ext = prog.short(jnp.concatenate([z, x_new[None]]), jnp.ones((m + 1,), z.dtype))
+    costs = np.asarray(prog.removal_costs(z_ext, jnp.ones((m + 1,), z.dtype)))
+    tries = [("prune", int(w)) for w in np.argsort(costs)[:3] if w != m]
+    tries += [("replace", int(w)) for w in np.argsort(np.asarray(prog.removal_costs(z, active)))[:3]]
+    for how, w in tries:
+        if how == "prune":
+            start = jnp.delete(z_ext, w, axis=0, assume_unique_indices=True)
+        else:
+            dropped = active.at[w].set(0.0)
+            _, resid_w, J_w = prog.fit(z, dropped)
+            start = z.at[w].set(_best_candidate(prog, sobol, gram_inv, offsets, z, dropped, resid_w, J_w))
+        z_try = prog.final(start, active)
+        loss_try = float(prog.loss(z_try, active))
+        if np.isfinite(loss_try) and loss_try < config.swap_gain * loss:
+            return z_try, loss_try
+    return None
+
+
 def implied_targets(model: MetaGP, particles: Array, X: Array, alpha: Array, jitter: float = DEFAULT_JITTER) -> Array:
     """``y = m_k(X) + (K_k(X) + sigma_k^2 I) alpha_k`` averaged over the K particles (``alpha``: ``(K, m)``)."""
 
@@ -260,15 +333,22 @@ def pursuit_attack(model: MetaGP, particles, grads, m: int, key: Array, config: 
     gram_inv = jnp.concatenate([prog.gram_inverse(sobol[i : i + 512]) for i in range(0, config.candidates, 512)], axis=1)
     offsets = jnp.asarray(_neighbour_offsets(d, config.radii), dtype)
 
+    K = particles.shape[0]
+    if config.grow_particles is None or config.grow_particles >= K:
+        sub, grow_prog, grow_inv = np.arange(K), prog, gram_inv
+    else:
+        sub = np.sort(np.argsort(-np.asarray(jnp.sum(target * target, axis=1)))[: config.grow_particles])
+        grow_prog = _Programs(model, config, particles[sub], target[sub], coords)
+        grow_inv = gram_inv[sub]
     z = jnp.zeros((m, d), dtype)
     active = jnp.zeros((m,), dtype)
     history = []
     for i in range(m):
-        _, resid, J = prog.fit(z, active)
-        x_new = _best_candidate(prog, sobol, gram_inv, offsets, z, active, resid, J)
+        _, resid, J = grow_prog.fit_grow(z, active)
+        x_new = _best_candidate(grow_prog, sobol, grow_inv, offsets, z, active, resid, J)
         z = z.at[i].set(x_new)
         active = active.at[i].set(1.0)
-        z = prog.grow(z, active)
+        z = grow_prog.grow(z, active)
     loss = float(prog.loss(z, active))
     history.append(("grow", loss))
     z = prog.final(z, active)
@@ -279,25 +359,14 @@ def pursuit_attack(model: MetaGP, particles, grads, m: int, key: Array, config: 
 
     kept = 0
     for _ in range(config.swaps):
-        c, resid, J = prog.fit(z, active)
-        # each point's share of the fitted message
-        share = jnp.sum(jnp.einsum("kmo,kmop->kmp", c, J) ** 2, axis=(0, 2))
-        improved = False
-        for w in np.argsort(np.asarray(share))[:3]:
-            dropped = active.at[int(w)].set(0.0)
-            _, resid_w, J_w = prog.fit(z, dropped)
-            x_new = _best_candidate(prog, sobol, gram_inv, offsets, z, dropped, resid_w, J_w)
-            z_try = prog.final(z.at[int(w)].set(x_new), active)
-            loss_try = float(prog.loss(z_try, active))
-            if np.isfinite(loss_try) and loss_try < config.swap_gain * loss:
-                z, loss, improved = z_try, loss_try, True
-                kept += 1
-                history.append(("swap", loss))
-                if on_stage is not None:
-                    on_stage("swap", loss)
-                break
-        if not improved:
+        z_new = _exchange(prog, sobol, gram_inv, offsets, z, active, loss)
+        if z_new is None:
             break
+        z, loss = z_new
+        kept += 1
+        history.append(("swap", loss))
+        if on_stage is not None:
+            on_stage("swap", loss)
     for _ in range(config.polish):
         z_try = prog.final(z, active)
         loss_try = float(prog.loss(z_try, active))

@@ -58,6 +58,34 @@ def test_inactive_slots_get_zero_coefficients():
         assert np.all(np.asarray(c)[:, [2, 4]] == 0.0)
 
 
+def test_removal_costs_equal_refitting_without_each_point():
+    """Oracle: refit the regularised least squares without point j by numpy's lstsq on the augmented system."""
+    rng = np.random.default_rng(0)
+    K, M, O, P, lam = 2, 5, 3, 40, 1e-3
+    J = rng.normal(size=(K, M, O, P))
+    t = rng.normal(size=(K, P))
+    active = np.array([1.0, 1.0, 1.0, 1.0, 0.0])
+    B_full = (J * active[None, :, None, None]).reshape(K, M * O, P)
+    scale = np.einsum("kap,kap->k", B_full, B_full) / (active.sum() * O)
+
+    def objective(a):  # the ridge scale stays the full set's, as in the identity
+        B = (J * a[None, :, None, None]).reshape(K, M * O, P)
+        total = 0.0
+        for k in range(K):
+            A = np.concatenate([B[k].T, np.sqrt(lam * scale[k]) * np.eye(M * O)])
+            b = np.concatenate([t[k], np.zeros(M * O)])
+            c = np.linalg.lstsq(A, b, rcond=None)[0]
+            total += np.sum((A @ c - b) ** 2)
+        return total
+
+    with jax.enable_x64(True):
+        costs = np.asarray(pursuit.removal_costs(jnp.asarray(J), jnp.asarray(t), jnp.asarray(active), lam))
+    base = objective(active)
+    expected = [objective(np.where(np.arange(M) == j, 0.0, active)) - base for j in range(4)]
+    np.testing.assert_allclose(costs[:4], expected, rtol=1e-8)
+    assert np.isinf(costs[4]) and np.all(costs[:4] > 0)
+
+
 @pytest.mark.parametrize("m", [3, 6])
 def test_recovers_a_small_known_case(m):
     with jax.enable_x64(True):
@@ -76,3 +104,7 @@ def test_config_validates():
         pursuit.PursuitConfig(swap_gain=1.5)
     with pytest.raises(ValueError, match="radii"):
         pursuit.PursuitConfig(radii=(0.7,))
+    with pytest.raises(ValueError, match="ridge_final"):
+        pursuit.PursuitConfig(ridge_final=0.0)
+    with pytest.raises(ValueError, match="grow_particles"):
+        pursuit.PursuitConfig(grow_particles=0)
