@@ -15,8 +15,9 @@ def add_parser(sub, helpers) -> None:
     """Register the subcommand; ``helpers`` are cli.py's argument types."""
     from pacd_jax.config import RunConfig
     from pacd_jax.leakage import PAPER_ROUNDS
+    from pacd_jax.pursuit import PursuitConfig
 
-    d = RunConfig()
+    d, pdef = RunConfig(), PursuitConfig()
     p = sub.add_parser(
         "attack",
         help="gradient-leakage (DLG) attack by the coordinator on one client",
@@ -63,12 +64,17 @@ def add_parser(sub, helpers) -> None:
         "pursuit attacker",
         "--attack-mode pursuit: the message is a sum of one Jacobian atom group per point with coefficients that enter linearly; "
         "the attack adds the point that explains most of the residual m times (scored on --pursuit-candidates Sobol points and "
-        "next to the points found), moving all points after each addition, then swaps the weakest point while that helps.",
+        "next to the points found), moving all points after each addition, then exchanges points (add the best candidate and drop "
+        "the point that costs least, or drop one and search again) while that helps.",
     )
-    pu.add_argument("--pursuit-candidates", type=helpers["positive_int"], default=4096, help="Sobol candidates per addition (default %(default)s)")
-    pu.add_argument("--pursuit-grow-steps", type=helpers["positive_int"], default=15, help="L-BFGS steps after each addition (default %(default)s)")
-    pu.add_argument("--pursuit-final-steps", type=helpers["positive_int"], default=200, help="L-BFGS steps once all points are in (default %(default)s)")
-    pu.add_argument("--pursuit-swaps", type=helpers["nonneg_int"], default=10, help="drop-and-search passes at most (default %(default)s)")
+    pu.add_argument("--pursuit-candidates", type=helpers["positive_int"], default=pdef.candidates, help="Sobol candidates per addition (default %(default)s)")
+    pu.add_argument("--pursuit-grow-steps", type=helpers["positive_int"], default=pdef.grow_steps, help="L-BFGS steps after each addition (default %(default)s)")
+    pu.add_argument("--pursuit-final-steps", type=helpers["positive_int"], default=pdef.final_steps, help="L-BFGS steps once all points are in (default %(default)s)")
+    pu.add_argument("--pursuit-swaps", type=helpers["nonneg_int"], default=pdef.swaps, help="exchange passes at most (default %(default)s)")
+    pu.add_argument("--pursuit-exchange-steps", type=helpers["positive_int"], default=pdef.exchange_steps,
+                    help="L-BFGS steps after each exchange try (default %(default)s)")
+    pu.add_argument("--pursuit-grow-particles", type=helpers["nonneg_int"], default=pdef.grow_particles,
+                    help="grow on the particles with the largest messages only, this many; 0: all (default %(default)s)")
     dp = p.add_argument_group("defense")
     dp.add_argument("--dp-sigma", type=helpers["float"], default=0.0, help="DP noise multiplier sigma (paper eq. 13); > 0 also runs and plots the DP case (default off)")
     dp.add_argument("--dp-clip", type=helpers["float"], default=d.dp_clip, help="DP clip norm C (paper eq. 12; default %(default)s)")
@@ -119,7 +125,8 @@ def cmd_attack(args, usage_error) -> int:
     if args.attack_mode == "pursuit":
         cfg = pursuit.PursuitConfig(
             candidates=args.pursuit_candidates, grow_steps=args.pursuit_grow_steps, final_steps=args.pursuit_final_steps,
-            swaps=args.pursuit_swaps,
+            swaps=args.pursuit_swaps, exchange_steps=args.pursuit_exchange_steps,
+            grow_particles=args.pursuit_grow_particles or None,
         )
     prog = None
     if args.attack_mode == "progressive":

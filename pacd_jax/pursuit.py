@@ -57,7 +57,9 @@ class PursuitConfig:
             far are also candidates (a cluster's next member is close by).
         grow_steps: L-BFGS steps on all points after each addition.
         final_steps: L-BFGS steps once all ``m`` points are in.
-        swaps: drop-and-search passes at most.
+        swaps: exchange passes at most.
+        exchange_steps: L-BFGS steps on all points after each exchange try
+            (the kept set is refined further by ``polish``).
         swap_gain: a swap is kept if it lowers the residual by this factor.
         polish: further rounds of ``final_steps`` at the end, while each lowers
             the residual by ``swap_gain`` or more.
@@ -79,6 +81,7 @@ class PursuitConfig:
     grow_steps: int = 15
     final_steps: int = 200
     swaps: int = 10
+    exchange_steps: int = 50
     swap_gain: float = 0.9
     polish: int = 5
     ridge: float = 1e-9
@@ -86,7 +89,7 @@ class PursuitConfig:
     ridge_final: float | None = 1e-13
 
     def __post_init__(self):
-        for name in ("candidates", "shortlist", "grow_steps", "final_steps"):
+        for name in ("candidates", "shortlist", "grow_steps", "final_steps", "exchange_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -213,6 +216,7 @@ class _Programs:
 
         self.fit_grow, self.fit = fit_with(config.ridge), fit_with(ridge_final)
         self.short = jax.jit(lambda z, a: optim.lbfgs(lambda zz: loss_of(zz, a, ridge_final), z, config.grow_steps))
+        self.exchange = jax.jit(lambda z, a: optim.lbfgs(lambda zz: loss_of(zz, a, ridge_final), z, config.exchange_steps))
         self.removal_costs = jax.jit(lambda z, a: removal_costs(atoms(model, particles, z, coords), target, a, ridge_final) / norm)
 
         def embed(r):  # residual on the network weights -> a full particle-sized direction
@@ -292,7 +296,7 @@ def _exchange(prog: _Programs, sobol, gram_inv, offsets, z, active, loss):
             dropped = active.at[w].set(0.0)
             _, resid_w, J_w = prog.fit(z, dropped)
             start = z.at[w].set(_best_candidate(prog, sobol, gram_inv, offsets, z, dropped, resid_w, J_w))
-        z_try = prog.final(start, active)
+        z_try = prog.exchange(start, active)
         loss_try = float(prog.loss(z_try, active))
         if np.isfinite(loss_try) and loss_try < config.swap_gain * loss:
             return z_try, loss_try
