@@ -80,7 +80,7 @@ class PursuitConfig:
     radii: tuple[float, ...] = (0.004, 0.015)
     grow_steps: int = 15
     final_steps: int = 200
-    swaps: int = 10
+    swaps: int = 20
     exchange_steps: int = 50
     swap_gain: float = 0.9
     polish: int = 5
