@@ -81,7 +81,7 @@ class PursuitConfig:
     grow_steps: int = 15
     final_steps: int = 200
     swaps: int = 20
-    exchange_steps: int = 50
+    exchange_steps: int = 200
     swap_gain: float = 0.9
     polish: int = 5
     ridge: float = 1e-9
