@@ -20,7 +20,12 @@ finds them as sparse recovery does (an ADCG-style greedy pursuit):
    points found so far a few L-BFGS steps down the projected residual;
 2. refine all points (more L-BFGS steps);
 3. swap: drop the point that explains least, search again, keep the change
-   if the residual falls by at least ``swap_gain``; then polish.
+   if the residual falls by at least ``swap_gain``;
+4. polish: refine on every particle's message.
+
+Stages 1-3 use the messages of the few particles that carry the most
+(``PursuitConfig.search_particles``): each alone has far more equations
+than there are unknowns, and they cost in proportion to the particles used.
 
 This uses no random restarts and never optimises y: once the points are
 found, ``y`` follows from the fitted ``alpha``: ``y = m_k(X) + K_k(X) alpha_k``,
@@ -65,9 +70,11 @@ class PursuitConfig:
             the residual by ``swap_gain`` or more.
         ridge: Tikhonov term of the coefficient fit while growing, relative to
             the mean diagonal of the atoms' Gram matrix (keeps coinciding points finite).
-        grow_particles: grow on only this many particles (those with the largest
-            messages); one particle's message already has many more weights
-            than unknowns, and growing costs in proportion. ``None``: all.
+        search_particles: grow, refine and exchange on only this many particles
+            (those with the largest messages), then polish on all of them. One
+            particle's message already has many more weights than there are
+            unknowns, and every stage costs in proportion to the particles it
+            uses. ``None``: all.
         ridge_final: the same term for refining, swapping and polishing. The
             residual the true points leave is about the ridge (a fraction of
             the message the regularised fit gives up), so a large ridge makes
@@ -85,7 +92,7 @@ class PursuitConfig:
     swap_gain: float = 0.9
     polish: int = 5
     ridge: float = 1e-9
-    grow_particles: int | None = 2
+    search_particles: int | None = 2
     ridge_final: float | None = 1e-13
 
     def __post_init__(self):
@@ -93,8 +100,8 @@ class PursuitConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.grow_particles is not None and (not isinstance(self.grow_particles, int) or self.grow_particles < 1):
-            raise ValueError(f"grow_particles must be a positive integer or None, got {self.grow_particles!r}")
+        if self.search_particles is not None and (not isinstance(self.search_particles, int) or self.search_particles < 1):
+            raise ValueError(f"search_particles must be a positive integer or None, got {self.search_particles!r}")
         for name in ("swaps", "polish"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
@@ -115,8 +122,10 @@ class PursuitResult(NamedTuple):
     Attributes:
         X: ``(m, d)`` reconstruction in the unit box.
         y: ``(m,)`` the standardised targets implied by the fitted coefficients.
-        loss: relative residual ``||A - J c||^2 / ||A||^2`` on the network weights.
-        history: the relative residual after growing, refining and each kept swap.
+        loss: relative residual ``||A - J c||^2 / ||A||^2`` on the network weights
+            of all particles.
+        history: ``(stage, residual)`` after growing, refining, each kept swap
+            (these three on the ``search_particles`` messages) and polishing (all).
         swaps: swaps kept.
     """
 
@@ -321,7 +330,7 @@ def pursuit_attack(model: MetaGP, particles, grads, m: int, key: Array, config: 
         particles, grads: ``(K, P)`` the broadcast particles and the target's message.
         m: number of the target's points (public).
         key: PRNG key (scrambles the Sobol candidates).
-        on_stage: optional ``on_stage(name, loss)`` after growing, refining and each kept swap.
+        on_stage: optional ``on_stage(name, loss)`` after growing, refining, each kept swap and polishing.
     """
     if not isinstance(m, (int, np.integer)) or m < 1:
         raise ValueError(f"m must be a positive integer, got {m!r}")
@@ -338,40 +347,44 @@ def pursuit_attack(model: MetaGP, particles, grads, m: int, key: Array, config: 
     offsets = jnp.asarray(_neighbour_offsets(d, config.radii), dtype)
 
     K = particles.shape[0]
-    if config.grow_particles is None or config.grow_particles >= K:
-        sub, grow_prog, grow_inv = np.arange(K), prog, gram_inv
+    if config.search_particles is None or config.search_particles >= K:
+        search, search_inv = prog, gram_inv
     else:
-        sub = np.sort(np.argsort(-np.asarray(jnp.sum(target * target, axis=1)))[: config.grow_particles])
-        grow_prog = _Programs(model, config, particles[sub], target[sub], coords)
-        grow_inv = gram_inv[sub]
+        sub = np.sort(np.argsort(-np.asarray(jnp.sum(target * target, axis=1)))[: config.search_particles])
+        search = _Programs(model, config, particles[sub], target[sub], coords)
+        search_inv = gram_inv[sub]
+
+    def report(stage, loss):
+        history.append((stage, loss))
+        if on_stage is not None:
+            on_stage(stage, loss)
+
     z = jnp.zeros((m, d), dtype)
     active = jnp.zeros((m,), dtype)
     history = []
     for i in range(m):
-        _, resid, J = grow_prog.fit_grow(z, active)
-        x_new = _best_candidate(grow_prog, sobol, grow_inv, offsets, z, active, resid, J)
+        _, resid, J = search.fit_grow(z, active)
+        x_new = _best_candidate(search, sobol, search_inv, offsets, z, active, resid, J)
         z = z.at[i].set(x_new)
         active = active.at[i].set(1.0)
-        z = grow_prog.grow(z, active)
-    loss = float(prog.loss(z, active))
-    history.append(("grow", loss))
-    z = prog.final(z, active)
-    loss = float(prog.loss(z, active))
-    history.append(("refine", loss))
-    if on_stage is not None:
-        on_stage("refine", loss)
+        z = search.grow(z, active)
+    report("grow", float(search.loss(z, active)))
+    z = search.final(z, active)
+    loss = float(search.loss(z, active))
+    report("refine", loss)
 
     kept = 0
     for _ in range(config.swaps):
-        z_new = _exchange(prog, sobol, gram_inv, offsets, z, active, loss)
+        z_new = _exchange(search, sobol, search_inv, offsets, z, active, loss)
         if z_new is None:
             break
         z, loss = z_new
         kept += 1
-        history.append(("swap", loss))
-        if on_stage is not None:
-            on_stage("swap", loss)
-    for _ in range(config.polish):
+        report("swap", loss)
+
+    # polish on every particle: at least one pass, more while each gains ``swap_gain``
+    loss = float(prog.loss(z, active))
+    for _ in range(config.polish if search is prog else max(config.polish, 1)):
         z_try = prog.final(z, active)
         loss_try = float(prog.loss(z_try, active))
         if not (np.isfinite(loss_try) and loss_try < loss):
@@ -379,7 +392,7 @@ def pursuit_attack(model: MetaGP, particles, grads, m: int, key: Array, config: 
         z, done, loss = z_try, loss_try > config.swap_gain * loss, loss_try
         if done:
             break
-    history.append(("polish", loss))
+    report("polish", loss)
 
     # the points move freely (a box transform would trap them on its edges); report them clipped to the box
     X = jnp.clip(z, 0.0, 1.0)

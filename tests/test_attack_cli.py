@@ -73,7 +73,8 @@ def test_progressive_mode_follows_every_round_and_scores_the_listed_ones(tmp_pat
 def test_pursuit_mode_writes_its_options_and_stages(tmp_path):
     out = tmp_path / "u"
     args = ["attack", "--attack-mode", "pursuit", "--rounds", "1", *TINY, "--pursuit-candidates", "64",
-            "--pursuit-grow-steps", "2", "--pursuit-final-steps", "3", "--pursuit-swaps", "1"]
+            "--pursuit-grow-steps", "2", "--pursuit-final-steps", "3", "--pursuit-swaps", "1",
+            "--pursuit-exchange-steps", "2", "--pursuit-search-particles", "0"]
     assert cli.main([*args, "--out", str(out)]) == 0
     doc = json.loads((out / "attack.json").read_text())
     assert doc["attack"]["mode"] == "pursuit" and doc["attack"]["candidates"] == 64 and doc["attack"]["swaps"] == 1

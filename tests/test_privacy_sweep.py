@@ -187,7 +187,7 @@ def test_pursuit_attacker_runs_in_the_sweep_and_keys_its_cells(tmp_path):
     out = tmp_path / "p"
     argv = ["privacy", *RUN, "--seeds", "0", "--rounds", "1", "--clip", "2.5", "--quiet", "--sigmas", "0", "--operating-sigma", "0",
             "--attack-mode", "pursuit", "--pursuit-candidates", "64", "--pursuit-grow-steps", "2", "--pursuit-final-steps", "3",
-            "--pursuit-swaps", "0", "--out", str(out)]
+            "--pursuit-swaps", "0", "--pursuit-search-particles", "0", "--out", str(out)]
     assert cli.main(argv) == 0
     doc = json.loads((out / "privacy.json").read_text())
     assert doc["attack"]["mode"] == "pursuit" and doc["attack"]["candidates"] == 64 and doc["attack"]["swaps"] == 0

@@ -86,11 +86,12 @@ def test_removal_costs_equal_refitting_without_each_point():
     assert np.isinf(costs[4]) and np.all(costs[:4] > 0)
 
 
-@pytest.mark.parametrize("m", [3, 6])
-def test_recovers_a_small_known_case(m):
+@pytest.mark.parametrize("m, search_particles", [(3, None), (6, 2)])
+def test_recovers_a_small_known_case(m, search_particles):
     with jax.enable_x64(True):
         model, particles, X, y, grads = _case(m, seed=10 + m)
-        cfg = pursuit.PursuitConfig(candidates=1024, shortlist=64, swaps=10)
+        cfg = pursuit.PursuitConfig(candidates=1024, shortlist=64, swaps=4, exchange_steps=50,
+                                    search_particles=search_particles)
         res = pursuit.pursuit_attack(model, particles, grads, m, jax.random.key(0), cfg)
         assert res.X.shape == (m, 2) and res.y.shape == (m,)
         assert metrics.matched_rmse(res.X, np.asarray(X)) < 1e-4
@@ -106,5 +107,5 @@ def test_config_validates():
         pursuit.PursuitConfig(radii=(0.7,))
     with pytest.raises(ValueError, match="ridge_final"):
         pursuit.PursuitConfig(ridge_final=0.0)
-    with pytest.raises(ValueError, match="grow_particles"):
-        pursuit.PursuitConfig(grow_particles=0)
+    with pytest.raises(ValueError, match="search_particles"):
+        pursuit.PursuitConfig(search_particles=0)
