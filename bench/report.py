@@ -68,15 +68,6 @@ def table(records: list[dict]) -> str:
     return "\n".join(rows)
 
 
-def replace_block(text: str, name: str, body: str) -> str:
-    begin, end = f"<!-- bench:{name}:begin -->", f"<!-- bench:{name}:end -->"
-    if begin not in text or end not in text:
-        raise SystemExit(f"README.md has no {begin} ... {end} block")
-    head, rest = text.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    return f"{head}{begin}\n{body}\n{end}{tail}"
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("json", help="a bench/*.py --json output")
@@ -90,10 +81,10 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
     from pacd_jax import io
 
-    readme = ROOT / "README.md"
-    new = replace_block(readme.read_text(), path.stem, body)
-    with io.atomic_path(readme) as tmp:
-        tmp.write_text(new)
+    try:
+        io.replace_marked_block(ROOT / "README.md", f"bench:{path.stem}", body)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     print(f"updated the {path.stem} block of README.md")
     return 0
 

@@ -229,16 +229,11 @@ def pursuit_table(result: dict) -> str:
 
 
 def update_readme(result: dict, block: str) -> bool:
-    begin, end = f"<!-- {block}:begin -->", f"<!-- {block}:end -->"
-    readme = ROOT / "README.md"
-    text = readme.read_text()
-    if begin not in text or end not in text:
-        print(f"README.md has no {begin} ... {end} block", file=sys.stderr)
+    try:
+        io.replace_marked_block(ROOT / "README.md", block, pursuit_table(result))
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
         return False
-    head, rest = text.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    with io.atomic_path(readme) as tmp:
-        tmp.write_text(f"{head}{begin}\n{pursuit_table(result)}\n{end}{tail}")
     print(f"updated README.md ({block})")
     return True
 

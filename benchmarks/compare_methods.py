@@ -29,10 +29,6 @@ from pacd_jax import experiment, io  # noqa: E402
 from pacd_jax.provenance import command, commit, machine  # noqa: E402
 from pacd_jax.config import RunConfig  # noqa: E402
 
-def markers(block: str) -> tuple[str, str]:
-    """The README comment pair that delimits a generated table."""
-    return f"<!-- {block}:begin -->", f"<!-- {block}:end -->"
-
 
 def table(doc: dict) -> str:
     rows = [
@@ -104,16 +100,11 @@ def main(argv=None) -> int:
 
 
 def update_readme(result: dict, block: str) -> bool:
-    begin, end = markers(block)
-    readme = ROOT / "README.md"
-    text = readme.read_text()
-    if begin not in text or end not in text:
-        print(f"README.md has no {begin} ... {end} block", file=sys.stderr)
+    try:
+        io.replace_marked_block(ROOT / "README.md", block, table(result))
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
         return False
-    head, rest = text.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    with io.atomic_path(readme) as tmp:
-        tmp.write_text(f"{head}{begin}\n{table(result)}\n{end}{tail}")
     print(f"updated README.md ({block})")
     return True
 

@@ -23,8 +23,6 @@ sys.path.insert(0, str(ROOT))
 from pacd_jax import io, table  # noqa: E402  (imports no JAX: workers set their XLA flags first)
 from pacd_jax.provenance import command  # noqa: E402
 
-BEGIN = "<!-- table1:begin -->"
-END = "<!-- table1:end -->"
 RESULTS = ROOT / "benchmarks" / "results"
 
 
@@ -35,23 +33,19 @@ def readme_block(doc: dict, md: str) -> str:
         f"**Reduced grid** ({len(cfg['seeds'])} seeds, {cfg['iters']} rounds; the paper uses 10 seeds and 100 rounds)"
     )
     return "\n".join([
-        BEGIN,
         f"{label}. Files: `benchmarks/results/table1.md`, `table1.json`, `table1.png`.",
         "",
         md.rstrip(),
         "",
         "![Figure 2: normalised regret vs round](benchmarks/results/table1.png)",
-        END,
     ])
 
 
 def update_readme(block: str, readme: Path = ROOT / "README.md") -> bool:
-    text = readme.read_text()
-    if BEGIN not in text or END not in text:
+    try:
+        io.replace_marked_block(readme, "table1", block)
+    except ValueError:
         return False
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    readme.write_text(head + block + tail)
     return True
 
 

@@ -42,6 +42,25 @@ def write_json(path: str | os.PathLike, doc: Any) -> None:
             fh.write("\n")
 
 
+def replace_marked_block(path: str | os.PathLike, name: str, body: str) -> None:
+    """Replace the text between ``<!-- name:begin -->`` and ``<!-- name:end -->`` in ``path`` with ``body``, atomically.
+
+    The generated tables in README.md live between such markers; the markers
+    themselves are kept, everything else in the file is left byte for byte.
+
+    Raises:
+        ValueError: if the file lacks either marker or has them out of order.
+    """
+    path = Path(path)
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    text = path.read_text()
+    i, j = text.find(begin), text.find(end)
+    if i < 0 or j < 0 or j < i:
+        raise ValueError(f"{path.name} has no {begin} ... {end} block")
+    with atomic_path(path) as tmp:
+        tmp.write_text(f"{text[:i]}{begin}\n{body.strip(chr(10))}\n{text[j:]}")
+
+
 def read_json(path: str | os.PathLike) -> Any:
     with open(path) as fh:
         return json.load(fh)
