@@ -75,6 +75,8 @@ def add_parser(sub, helpers) -> None:
                     help="L-BFGS steps after each exchange try (default %(default)s)")
     pu.add_argument("--pursuit-search-particles", type=helpers["nonneg_int"], default=pdef.search_particles,
                     help="grow, refine and exchange on the particles with the largest messages only, this many, then polish on all; 0: all (default %(default)s)")
+    pu.add_argument("--pursuit-no-widen", dest="pursuit_widen", action="store_false",
+                    help="when exchanges stall on the search particles, polish instead of continuing on twice as many (default: widen)")
     dp = p.add_argument_group("defense")
     dp.add_argument("--dp-sigma", type=helpers["float"], default=0.0, help="DP noise multiplier sigma (paper eq. 13); > 0 also runs and plots the DP case (default off)")
     dp.add_argument("--dp-clip", type=helpers["float"], default=d.dp_clip, help="DP clip norm C (paper eq. 12; default %(default)s)")
@@ -126,7 +128,7 @@ def cmd_attack(args, usage_error) -> int:
         cfg = pursuit.PursuitConfig(
             candidates=args.pursuit_candidates, grow_steps=args.pursuit_grow_steps, final_steps=args.pursuit_final_steps,
             swaps=args.pursuit_swaps, exchange_steps=args.pursuit_exchange_steps,
-            search_particles=args.pursuit_search_particles or None,
+            search_particles=args.pursuit_search_particles or None, widen=args.pursuit_widen,
         )
     prog = None
     if args.attack_mode == "progressive":

@@ -26,6 +26,9 @@ finds them as sparse recovery does (an ADCG-style greedy pursuit):
 Stages 1-3 use the messages of the few particles that carry the most
 (``PursuitConfig.search_particles``): each alone has far more equations
 than there are unknowns, and they cost in proportion to the particles used.
+When the exchanges stall on those, they go on with twice as many particles
+(``PursuitConfig.widen``): a point set that fits two particles' messages can
+still be wrong, and the other particles' messages tell.
 
 This uses no random restarts and never optimises y: once the points are
 found, ``y`` follows from the fitted ``alpha``: ``y = m_k(X) + K_k(X) alpha_k``,
@@ -75,6 +78,9 @@ class PursuitConfig:
             particle's message already has many more weights than there are
             unknowns, and every stage costs in proportion to the particles it
             uses. ``None``: all.
+        widen: when an exchange pass fails on the search particles, refine
+            on twice as many and go on exchanging there (up to all of them)
+            instead of stopping; ``swaps`` still bounds the kept exchanges.
         ridge_final: the same term for refining, swapping and polishing. The
             residual the true points leave is about the ridge (a fraction of
             the message the regularised fit gives up), so a large ridge makes
@@ -93,6 +99,7 @@ class PursuitConfig:
     polish: int = 5
     ridge: float = 1e-9
     search_particles: int | None = 2
+    widen: bool = True
     ridge_final: float | None = 1e-13
 
     def __post_init__(self):
@@ -112,6 +119,8 @@ class PursuitConfig:
             value = getattr(self, name)
             if value is not None and not (np.isfinite(value) and value > 0.0):
                 raise ValueError(f"{name} must be positive, got {value!r}")
+        if not isinstance(self.widen, bool):
+            raise ValueError(f"widen must be a bool, got {self.widen!r}")
         if any(not 0.0 < r < 0.5 for r in self.radii):
             raise ValueError(f"radii must be in (0, 0.5), got {self.radii!r}")
 
@@ -125,7 +134,8 @@ class PursuitResult(NamedTuple):
         loss: relative residual ``||A - J c||^2 / ||A||^2`` on the network weights
             of all particles.
         history: ``(stage, residual)`` after growing, refining, each kept swap
-            (these three on the ``search_particles`` messages) and polishing (all).
+            (these three on the ``search_particles`` messages), each widening
+            (``"widen to N"``, on the N particles now searched) and polishing (all).
         swaps: swaps kept.
     """
 
@@ -330,7 +340,7 @@ def pursuit_attack(model: MetaGP, particles, grads, m: int, key: Array, config: 
         particles, grads: ``(K, P)`` the broadcast particles and the target's message.
         m: number of the target's points (public).
         key: PRNG key (scrambles the Sobol candidates).
-        on_stage: optional ``on_stage(name, loss)`` after growing, refining, each kept swap and polishing.
+        on_stage: optional ``on_stage(name, loss)`` after growing, refining, each kept swap, each widening and polishing.
     """
     if not isinstance(m, (int, np.integer)) or m < 1:
         raise ValueError(f"m must be a positive integer, got {m!r}")
@@ -347,12 +357,16 @@ def pursuit_attack(model: MetaGP, particles, grads, m: int, key: Array, config: 
     offsets = jnp.asarray(_neighbour_offsets(d, config.radii), dtype)
 
     K = particles.shape[0]
-    if config.search_particles is None or config.search_particles >= K:
-        search, search_inv = prog, gram_inv
-    else:
-        sub = np.sort(np.argsort(-np.asarray(jnp.sum(target * target, axis=1)))[: config.search_particles])
-        search = _Programs(model, config, particles[sub], target[sub], coords)
-        search_inv = gram_inv[sub]
+    by_size = np.argsort(-np.asarray(jnp.sum(target * target, axis=1)))
+
+    def subset(size):
+        """The programs and candidate Gram inverses of the ``size`` particles with the largest messages."""
+        if size >= K:
+            return prog, gram_inv, K
+        sub = np.sort(by_size[:size])
+        return _Programs(model, config, particles[sub], target[sub], coords), gram_inv[sub], size
+
+    search, search_inv, size = subset(K if config.search_particles is None else config.search_particles)
 
     def report(stage, loss):
         history.append((stage, loss))
@@ -373,11 +387,18 @@ def pursuit_attack(model: MetaGP, particles, grads, m: int, key: Array, config: 
     loss = float(search.loss(z, active))
     report("refine", loss)
 
+    # exchanges; when they stall on a subset, continue on twice as many particles
     kept = 0
-    for _ in range(config.swaps):
+    while kept < config.swaps:
         z_new = _exchange(search, sobol, search_inv, offsets, z, active, loss)
         if z_new is None:
-            break
+            if size >= K or not config.widen:
+                break
+            search, search_inv, size = subset(2 * size)
+            z = search.final(z, active)
+            loss = float(search.loss(z, active))
+            report(f"widen to {size}", loss)
+            continue
         z, loss = z_new
         kept += 1
         report("swap", loss)

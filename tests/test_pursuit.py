@@ -90,12 +90,27 @@ def test_removal_costs_equal_refitting_without_each_point():
 def test_recovers_a_small_known_case(m, search_particles):
     with jax.enable_x64(True):
         model, particles, X, y, grads = _case(m, seed=10 + m)
-        cfg = pursuit.PursuitConfig(candidates=1024, shortlist=64, swaps=4, exchange_steps=50,
+        # (6, 2): on two of the three particles the exchanges can stall on a wrong
+        # set (they do without XLA's CI flags); widening to all three recovers it
+        cfg = pursuit.PursuitConfig(candidates=1024, shortlist=64, swaps=12, exchange_steps=50,
                                     search_particles=search_particles)
         res = pursuit.pursuit_attack(model, particles, grads, m, jax.random.key(0), cfg)
         assert res.X.shape == (m, 2) and res.y.shape == (m,)
         assert metrics.matched_rmse(res.X, np.asarray(X)) < 1e-4
         assert res.loss < 1e-8
+
+
+def test_stalled_exchanges_widen_to_all_particles():
+    """At the truth no exchange gains, so each pass stalls and the search goes
+    on with both particles before polishing (``widen``; without it, it would stop)."""
+    with jax.enable_x64(True):
+        model, particles, X, y, grads = _case(2, K=2, seed=21)
+        cfg = pursuit.PursuitConfig(candidates=256, shortlist=32, grow_steps=5, final_steps=20, swaps=3, exchange_steps=10,
+                                    search_particles=1)
+        res = pursuit.pursuit_attack(model, particles, grads, 2, jax.random.key(0), cfg)
+    stages = [name for name, _ in res.history]
+    assert res.swaps == 0 and metrics.matched_rmse(res.X, np.asarray(X)) < 1e-4
+    assert stages == ["grow", "refine", "widen to 2", "polish"]
 
 
 def test_config_validates():
@@ -109,3 +124,5 @@ def test_config_validates():
         pursuit.PursuitConfig(ridge_final=0.0)
     with pytest.raises(ValueError, match="search_particles"):
         pursuit.PursuitConfig(search_particles=0)
+    with pytest.raises(ValueError, match="widen"):
+        pursuit.PursuitConfig(widen=1)
