@@ -155,6 +155,19 @@ def atoms(model: MetaGP, particles: Array, X: Array, coords: Array) -> Array:
     return jax.vmap(jax.vmap(one, (None, 0)), (0, None))(particles, X)
 
 
+def _normal_equations(J: Array, active: Array, ridge: float) -> tuple[Array, Array]:
+    """The active atoms ``B`` ``(K, M O, P_net)`` and their ridge-regularised Gram matrix ``(K, M O, M O)``.
+
+    The ridge is relative to the mean diagonal of the active atoms' Gram
+    matrix; it also gives empty slots (zero rows) a zero coefficient.
+    """
+    K, M, O, _ = J.shape
+    B = (J * active[None, :, None, None]).reshape(K, M * O, -1)
+    gram = jnp.einsum("kap,kbp->kab", B, B)
+    scale = jnp.trace(gram, axis1=1, axis2=2)[:, None, None] / jnp.maximum(jnp.sum(active) * O, 1.0)
+    return B, gram + ridge * scale * jnp.eye(M * O, dtype=J.dtype)
+
+
 def fit_coefficients(J: Array, target: Array, active: Array, ridge: float) -> tuple[Array, Array]:
     """Least-squares coefficients of the active points' atoms and the residual.
 
@@ -166,12 +179,9 @@ def fit_coefficients(J: Array, target: Array, active: Array, ridge: float) -> tu
         ``(c (K, M, O), residual (K, P_net))``; inactive slots get ``c = 0``.
     """
     K, M, O, _ = J.shape
-    B = (J * active[None, :, None, None]).reshape(K, M * O, -1)
-    gram = jnp.einsum("kap,kbp->kab", B, B)
-    scale = jnp.trace(gram, axis1=1, axis2=2)[:, None, None] / jnp.maximum(jnp.sum(active) * O, 1.0)
+    B, system = _normal_equations(J, active, ridge)
     rhs = jnp.einsum("kap,kp->ka", B, target)
-    # the ridge also gives empty slots (zero rows) a zero coefficient
-    c = jnp.linalg.solve(gram + ridge * scale * jnp.eye(M * O, dtype=J.dtype), rhs[..., None])[..., 0]
+    c = jnp.linalg.solve(system, rhs[..., None])[..., 0]
     resid = target - jnp.einsum("kap,ka->kp", B, c)
     return c.reshape(K, M, O), resid
 
@@ -185,10 +195,8 @@ def removal_costs(J: Array, target: Array, active: Array, ridge: float) -> Array
     leave-one-block-out identity). Inactive slots get ``inf``.
     """
     K, M, O, _ = J.shape
-    B = (J * active[None, :, None, None]).reshape(K, M * O, -1)
-    gram = jnp.einsum("kap,kbp->kab", B, B)
-    scale = jnp.trace(gram, axis1=1, axis2=2)[:, None, None] / jnp.maximum(jnp.sum(active) * O, 1.0)
-    H = jnp.linalg.inv(gram + ridge * scale * jnp.eye(M * O, dtype=J.dtype))
+    B, system = _normal_equations(J, active, ridge)
+    H = jnp.linalg.inv(system)
     c = jnp.einsum("kab,kbp,kp->ka", H, B, target).reshape(K, M, O)
     blocks = H.reshape(K, M, O, M, O)[:, jnp.arange(M), :, jnp.arange(M), :]  # (M, K, O, O)
     cost = jnp.einsum("mkoq,kmo,kmq->m", jnp.linalg.inv(blocks), c, c)
