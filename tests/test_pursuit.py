@@ -100,17 +100,20 @@ def test_recovers_a_small_known_case(m, search_particles):
         assert res.loss < 1e-8
 
 
-def test_stalled_exchanges_widen_to_all_particles():
-    """At the truth no exchange gains, so each pass stalls and the search goes
-    on with both particles before polishing (``widen``; without it, it would stop)."""
+@pytest.mark.parametrize("tol", [0.0, 1e-14])
+def test_stalled_exchanges_widen_to_all_particles(tol):
+    """Refining reaches the truth (residual ~1e-20), where no exchange gains:
+    with ``tol = 0`` the pass stalls and the search goes on with both particles
+    before polishing (``widen``); with the default ``tol`` it stops at once."""
     with jax.enable_x64(True):
         model, particles, X, y, grads = _case(2, K=2, seed=21)
-        cfg = pursuit.PursuitConfig(candidates=256, shortlist=32, grow_steps=5, final_steps=20, swaps=3, exchange_steps=10,
-                                    search_particles=1)
+        cfg = pursuit.PursuitConfig(candidates=256, shortlist=32, grow_steps=5, final_steps=200, swaps=3, exchange_steps=10,
+                                    search_particles=1, tol=tol)
         res = pursuit.pursuit_attack(model, particles, grads, 2, jax.random.key(0), cfg)
     stages = [name for name, _ in res.history]
     assert res.swaps == 0 and metrics.matched_rmse(res.X, np.asarray(X)) < 1e-4
-    assert stages == ["grow", "refine", "widen to 2", "polish"]
+    assert stages == ["grow", "refine", *(["widen to 2"] if tol == 0.0 else []), "polish"]
+    assert tol == 0.0 or res.history[1][1] < tol
 
 
 def test_config_validates():
@@ -124,5 +127,7 @@ def test_config_validates():
         pursuit.PursuitConfig(ridge_final=0.0)
     with pytest.raises(ValueError, match="search_particles"):
         pursuit.PursuitConfig(search_particles=0)
+    with pytest.raises(ValueError, match="tol"):
+        pursuit.PursuitConfig(tol=-1.0)
     with pytest.raises(ValueError, match="widen"):
         pursuit.PursuitConfig(widen=1)
