@@ -100,14 +100,15 @@ def test_recovers_a_small_known_case(m, search_particles):
         assert res.loss < 1e-8
 
 
-@pytest.mark.parametrize("tol", [0.0, 1e-14])
+@pytest.mark.parametrize("tol", [0.0, 1.0])
 def test_stalled_exchanges_widen_to_all_particles(tol):
-    """Refining reaches the truth (residual ~1e-20), where no exchange gains:
-    with ``tol = 0`` the pass stalls and the search goes on with both particles
-    before polishing (``widen``); with the default ``tol`` it stops at once."""
+    """On one particle, after 20 refining steps (residual ~1e-8), no exchange
+    gains: with ``tol = 0`` the search goes on with both particles before
+    polishing (``widen``); with a residual already below ``tol`` there are no
+    exchanges at all."""
     with jax.enable_x64(True):
         model, particles, X, y, grads = _case(2, K=2, seed=21)
-        cfg = pursuit.PursuitConfig(candidates=256, shortlist=32, grow_steps=5, final_steps=200, swaps=3, exchange_steps=10,
+        cfg = pursuit.PursuitConfig(candidates=256, shortlist=32, grow_steps=5, final_steps=20, swaps=3, exchange_steps=10,
                                     search_particles=1, tol=tol)
         res = pursuit.pursuit_attack(model, particles, grads, 2, jax.random.key(0), cfg)
     stages = [name for name, _ in res.history]
