@@ -1,0 +1,47 @@
+"""benchmarks/attack_report.py's resume logic and README table (no attack is run)."""
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks import attack_report  # noqa: E402
+
+HEAD = {"benchmark": "branin", "target_client": 0, "seed": 0, "bo_precision": "float64"}
+
+
+def _entry(t, commit=None):
+    e = {"round": t, "m": t + 5, "matched_rmse": 0.1, "rmse_ratio": 0.3, "recall_at_r": 1.0, "precision_at_r": 0.5,
+         "dispersion": 0.4, "true_dispersion": 0.5, "loss": 1e-9, "swaps": 3, "time_s": 10.0,
+         "baseline": {"matched_rmse": 0.33, "recall_at_r": 0.2, "precision_at_r": 0.2}}
+    return e if commit is None else {**e, "commit": commit}
+
+
+def test_resumable_needs_the_same_run(tmp_path):
+    path = tmp_path / "a.json"
+    assert attack_report.resumable(path, HEAD) is None  # missing
+    path.write_text("{not json")
+    assert attack_report.resumable(path, HEAD) is None  # corrupt
+    old = {**HEAD, "variants": {}, "meta": {"command": "x", "commit": "abc"}}
+    path.write_text(json.dumps(old))
+    assert attack_report.resumable(path, HEAD) == old
+    assert attack_report.resumable(path, {**HEAD, "seed": 1}) is None
+    assert attack_report.resumable(path, {**HEAD, "bo_precision": "float32"}) is None
+    path.write_text(json.dumps({**HEAD, "variants": {}}))  # no provenance: not resumable
+    assert attack_report.resumable(path, HEAD) is None
+
+
+def test_table_footer_names_kept_rounds_and_the_cache():
+    meta = {"command": "python new", "commit": "new1", "machine": "m", "wall_time_s": 600.0,
+            "resumed_from": {"command": "python old", "commit": "old1"}}
+    result = {"bo_from_cache": True, "meta": meta, "variants": {"pursuit": {"rounds": [_entry(1), _entry(5), _entry(20, "new1")]}}}
+    text = attack_report.pursuit_table(result)
+    footer = text.splitlines()[-1]
+    assert "Rounds 1, 5 were attacked by the interrupted run `python old` at commit `old1`" in footer
+    assert "loaded from --cache" in footer and "BO run included" not in footer
+    assert text.splitlines()[0] == "| round t | 1 | 5 | 20 |"
+    fresh = {"bo_from_cache": False, "meta": {k: v for k, v in meta.items() if k != "resumed_from"},
+             "variants": {"pursuit": {"rounds": [_entry(1, "new1")]}}}
+    footer = attack_report.pursuit_table(fresh).splitlines()[-1]
+    assert "BO run included" in footer and "interrupted" not in footer
