@@ -229,6 +229,14 @@ def resumable(path, result: dict) -> dict | None:
     return previous if same and "meta" in previous else None
 
 
+def nn_spacing(X) -> tuple[float, float]:
+    """Minimum and lower quartile of each point's distance to its nearest other point (how tightly the queries cluster)."""
+    X = np.asarray(X, np.float64)
+    D = np.linalg.norm(X[:, None] - X[None], axis=-1) + np.diag(np.full(len(X), np.inf))
+    nn = D.min(axis=1)
+    return float(nn.min()), float(np.quantile(nn, 0.25))
+
+
 def pursuit_table(result: dict) -> str:
     """Markdown: the pursuit attack's scores per round, next to a uniform guess's, with provenance."""
     entries = result["variants"]["pursuit"]["rounds"]
@@ -243,6 +251,7 @@ def pursuit_table(result: dict) -> str:
         row("recall@r / precision@r", lambda e: f"{e['recall_at_r']:.2f} / {e['precision_at_r']:.2f}"),
         row("guess's recall / precision", lambda e: f"{e['baseline']['recall_at_r']:.2f} / {e['baseline']['precision_at_r']:.2f}"),
         row("dispersion (true)", lambda e: f"{e['dispersion']:.3f} ({e['true_dispersion']:.3f})"),
+        row("true points' NN spacing: min / lower quartile", lambda e: "{:.0e} / {:.0e}".format(*nn_spacing(e["X_true"]))),
         row("relative residual", lambda e: f"{e['loss']:.0e}"),
         row("swaps kept", lambda e: str(e.get("swaps"))),
         row("time (s)", lambda e: f"{e['time_s']:.0f}"),

@@ -5,10 +5,10 @@ seed 0, float64, client 0) it scores, by the attack's own relative residual
 (:class:`pacd_jax.pursuit.PursuitConfig` defaults, every particle):
 
 * the target's true points;
-* decoys: the true points with their ``n`` closest pairs collapsed (one
-  point of each pair moved onto the other) and the freed points put at
-  uniform random places in the box, before and after the attack's final
-  L-BFGS refinement (``final_steps``).
+* decoys: the true points with their ``n`` closest pairs each kept as one
+  point (the other point of the pair moved to a uniform random place in the
+  box), before and after the attack's final L-BFGS refinement
+  (``final_steps``).
 
 A decoy is what a greedy search tends to return when the target's points
 cluster: one point where there are two, a spare one elsewhere. If refined
@@ -43,8 +43,8 @@ from pacd_jax.provenance import command, commit, machine  # noqa: E402
 
 
 def collapse_pairs(X: np.ndarray, n: int, rng: np.random.Generator) -> tuple[np.ndarray, list[float]]:
-    """``X`` with its ``n`` closest disjoint pairs collapsed; the freed points uniform in the box. Returns the pairs' spacings too."""
-    D = cdist(X, X) + np.inf * np.eye(len(X))
+    """``X`` with one point of each of its ``n`` closest disjoint pairs moved to a uniform random place; also the pairs' spacings."""
+    D = cdist(X, X) + np.diag(np.full(len(X), np.inf))
     Z, used, spacings = X.copy(), set(), []
     for i, j in zip(*np.unravel_index(np.argsort(D, axis=None), D.shape)):
         if len(spacings) == n or not np.isfinite(D[i, j]):

@@ -1,12 +1,15 @@
-"""benchmarks/attack_report.py's resume logic and README table (no attack is run)."""
+"""Helpers of benchmarks/attack_report.py (resume, README table) and benchmarks/pursuit_landscape.py (no attack is run)."""
 
 import json
 import sys
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks import attack_report  # noqa: E402
+from benchmarks import attack_report, pursuit_landscape  # noqa: E402
 
 HEAD = {"benchmark": "branin", "target_client": 0, "seed": 0, "bo_precision": "float64"}
 
@@ -14,7 +17,8 @@ HEAD = {"benchmark": "branin", "target_client": 0, "seed": 0, "bo_precision": "f
 def _entry(t, commit=None):
     e = {"round": t, "m": t + 5, "matched_rmse": 0.1, "rmse_ratio": 0.3, "recall_at_r": 1.0, "precision_at_r": 0.5,
          "dispersion": 0.4, "true_dispersion": 0.5, "loss": 1e-9, "swaps": 3, "time_s": 10.0,
-         "baseline": {"matched_rmse": 0.33, "recall_at_r": 0.2, "precision_at_r": 0.2}}
+         "baseline": {"matched_rmse": 0.33, "recall_at_r": 0.2, "precision_at_r": 0.2},
+         "X_true": [[0.1, 0.2], [0.3, 0.4], [0.3, 0.41]]}
     return e if commit is None else {**e, "commit": commit}
 
 
@@ -45,3 +49,20 @@ def test_table_footer_names_kept_rounds_and_the_cache():
              "variants": {"pursuit": {"rounds": [_entry(1, "new1")]}}}
     footer = attack_report.pursuit_table(fresh).splitlines()[-1]
     assert "BO run included" in footer and "interrupted" not in footer
+
+
+def test_nn_spacing_against_a_hand_case():
+    X = [[0.0, 0.0], [0.0, 0.1], [0.5, 0.5], [0.5, 0.53]]  # nearest distances 0.1, 0.1, 0.03, 0.03
+    lo, q1 = attack_report.nn_spacing(X)
+    assert lo == pytest.approx(0.03)
+    assert q1 == pytest.approx(float(np.quantile([0.03, 0.03, 0.1, 0.1], 0.25)))
+
+
+def test_collapse_pairs_moves_one_point_of_each_closest_pair():
+    X = np.array([[0.0, 0.0], [0.0, 0.1], [0.5, 0.5], [0.5, 0.53], [0.9, 0.9]])
+    Z, spacings = pursuit_landscape.collapse_pairs(X, 2, np.random.default_rng(0))
+    assert spacings == pytest.approx([0.03, 0.1])
+    moved = np.flatnonzero(np.any(Z != X, axis=1))
+    assert len(moved) == 2 and {moved[0], moved[1]} & {0, 1} and {moved[0], moved[1]} & {2, 3}
+    np.testing.assert_array_equal(Z[4], X[4])
+    assert np.all((Z >= 0) & (Z <= 1))
