@@ -32,13 +32,14 @@ def machine() -> str:
 def commit(root: Path = ROOT) -> str:
     """The short hash of HEAD, with ``+dirty`` when tracked files differ from it.
 
-    Committed results (``bench/results``, ``benchmarks/results``) do not count:
+    Committed results (``bench/results``, ``benchmarks/results``) and
+    ``README.md`` (whose result blocks report scripts rewrite) do not count:
     a script that rewrites one of them, or a run after another script has,
     still ran the committed code.
     """
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-        outputs = [":(exclude)bench/results", ":(exclude)benchmarks/results"]
+        outputs = [":(exclude)bench/results", ":(exclude)benchmarks/results", ":(exclude)README.md"]
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", *outputs],
                                cwd=root, capture_output=True, text=True).stdout.strip()
         return rev + ("+dirty" if dirty else "")

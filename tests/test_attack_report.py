@@ -14,12 +14,12 @@ from benchmarks import attack_report, pursuit_landscape  # noqa: E402
 HEAD = {"benchmark": "branin", "target_client": 0, "seed": 0, "bo_precision": "float64"}
 
 
-def _entry(t, commit=None):
+def _entry(t, by=None):
     e = {"round": t, "m": t + 5, "matched_rmse": 0.1, "rmse_ratio": 0.3, "recall_at_r": 1.0, "precision_at_r": 0.5,
          "dispersion": 0.4, "true_dispersion": 0.5, "loss": 1e-9, "swaps": 3, "time_s": 10.0,
          "baseline": {"matched_rmse": 0.33, "recall_at_r": 0.2, "precision_at_r": 0.2},
          "X_true": [[0.1, 0.2], [0.3, 0.4], [0.3, 0.41]]}
-    return e if commit is None else {**e, "commit": commit}
+    return e if by is None else {**e, "attacked_by": by}
 
 
 def test_resumable_needs_the_same_run(tmp_path):
@@ -37,18 +37,24 @@ def test_resumable_needs_the_same_run(tmp_path):
 
 
 def test_table_footer_names_kept_rounds_and_the_cache():
-    meta = {"command": "python new", "commit": "new1", "machine": "m", "wall_time_s": 600.0,
-            "resumed_from": {"command": "python old", "commit": "old1"}}
-    result = {"bo_from_cache": True, "meta": meta, "variants": {"pursuit": {"rounds": [_entry(1), _entry(5), _entry(20, "new1")]}}}
+    first = {"command": "python first", "commit": "c0"}
+    second = {"command": "python second", "commit": "c1"}
+    now = {"command": "python now", "commit": "c2"}
+    # now resumed from second, which resumed from first: rounds without a record come from first
+    meta = {**now, "machine": "m", "wall_time_s": 600.0, "resumed_from": {**second, "resumed_from": first}}
+    result = {"bo_from_cache": True, "meta": meta,
+              "variants": {"pursuit": {"rounds": [_entry(1), _entry(5), _entry(20, second), _entry(40, now)]}}}
     text = attack_report.pursuit_table(result)
     footer = text.splitlines()[-1]
-    assert "Rounds 1, 5 were attacked by the interrupted run `python old` at commit `old1`" in footer
+    assert "Rounds 1, 5 were attacked by the earlier run `python first` at commit `c0`" in footer
+    assert "Rounds 20 were attacked by the earlier run `python second` at commit `c1`" in footer
+    assert "40" not in footer.split("c2")[-1]
     assert "loaded from --cache" in footer and "BO run included" not in footer
-    assert text.splitlines()[0] == "| round t | 1 | 5 | 20 |"
-    fresh = {"bo_from_cache": False, "meta": {k: v for k, v in meta.items() if k != "resumed_from"},
-             "variants": {"pursuit": {"rounds": [_entry(1, "new1")]}}}
+    assert text.splitlines()[0] == "| round t | 1 | 5 | 20 | 40 |"
+    fresh = {"bo_from_cache": False, "meta": {**now, "machine": "m", "wall_time_s": 60.0},
+             "variants": {"pursuit": {"rounds": [_entry(1, now)]}}}
     footer = attack_report.pursuit_table(fresh).splitlines()[-1]
-    assert "BO run included" in footer and "interrupted" not in footer
+    assert "BO run included" in footer and "earlier" not in footer
 
 
 def test_nn_spacing_against_a_hand_case():
