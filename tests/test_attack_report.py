@@ -72,3 +72,16 @@ def test_collapse_pairs_moves_one_point_of_each_closest_pair():
     assert len(moved) == 2 and {moved[0], moved[1]} & {0, 1} and {moved[0], moved[1]} & {2, 3}
     np.testing.assert_array_equal(Z[4], X[4])
     assert np.all((Z >= 0) & (Z <= 1))
+
+
+def test_landscape_table_rows_and_missing_attack_round():
+    dec = lambda n, res, ratio, sp: {"collapsed_pairs": n, "pair_spacings": sp, "refined_residual": res, "refined_rmse_ratio": ratio}
+    landscape = {"meta": {"command": "python land", "commit": "c", "machine": "m", "wall_time_s": 120.0},
+                 "entries": [{"round": 20, "truth_residual": 1.5e-15, "decoys": [dec(1, 4.9e-11, 0.149, [0.011])]},
+                             {"round": 99, "truth_residual": 2e-14, "decoys": [dec(1, 3e-14, 0.1, [2e-4])]}]}
+    attack = {"meta": {"command": "python atk"}, "variants": {"pursuit": {"rounds": [{"round": 20, "loss": 1.1e-9, "rmse_ratio": 0.28}]}}}
+    lines = pursuit_landscape.landscape_table(landscape, attack).splitlines()
+    assert lines[0] == "| round | truth | 1 closest pair merged | the attack |"
+    assert lines[2] == "| 20 | 1.5e-15 | 4.9e-11 (ratio 0.15; pairs <= 1e-02 apart) | 1.1e-09 (ratio 0.28) |"
+    assert lines[3].endswith("| not run |")
+    assert "`python land`" in lines[-1] and "`python atk`" in lines[-1]
