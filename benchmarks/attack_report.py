@@ -30,6 +30,7 @@ scores every round; run it alone into its own file:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import pickle
 import sys
@@ -100,7 +101,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "attack_branin.json"))
     parser.add_argument("--readme", action="store_true", help="put the pursuit variant's table in README.md (attack-pursuit markers)")
     parser.add_argument("--resume", action="store_true",
-                        help="keep the rounds --out already holds for a variant with the same options, seed and BO precision; attack only the rest")
+                        help="keep the rounds --out already holds for a variant with the same settings (defaults included), seed and "
+                             "BO precision; attack only the rest")
     args = parser.parse_args(argv)
     rounds = tuple(int(t) for t in args.rounds.split(","))
     report_rounds = rounds
@@ -189,22 +191,22 @@ def main(argv=None) -> int:
         opts, only = VARIANTS[name]
         cfg = pursuit.PursuitConfig(**opts) if name == "pursuit" else attack.AttackConfig(**opts)
         rng = np.random.default_rng(args.seed)
-        done = {}
-        if previous is not None and previous["variants"].get(name, {}).get("options") == opts:
-            done = {e["round"]: {**e, "attacked_by": attacked_by(e, previous["meta"])} for e in previous["variants"][name]["rounds"]}
+        # resume only what was attacked with the same effective settings (defaults included)
+        settings = json.loads(json.dumps(dataclasses.asdict(cfg)))
+        done = kept_rounds(previous, name, settings)
         entries = []
         for rec, truth in zip(records, truths):
             if (only is not None and rec.round not in only) or rec.round not in report_rounds:
                 continue
             if rec.round in done:
                 entries.append(done[rec.round])
-                result["variants"][name] = {"options": opts, "rounds": entries}
+                result["variants"][name] = {"options": opts, "config": settings, "rounds": entries}
                 continue
             e = leakage.attack_record(model, rec, truth, cfg, jax.random.fold_in(jax.random.key(args.seed), rec.round), rng)
             e["attacked_by"] = {"command": command("benchmarks/attack_report.py", argv), "commit": commit()}
             entries.append(e)
             print(name, json.dumps({k: e.get(k) for k in ("round", "m", "loss", "matched_rmse", "rmse_ratio", "recall_at_r", "dispersion", "true_dispersion", "time_s")}), flush=True)
-            result["variants"][name] = {"options": opts, "rounds": entries}
+            result["variants"][name] = {"options": opts, "config": settings, "rounds": entries}
             save()
         if name in ("paper", "pursuit"):
             doc = {"benchmark": "branin", "target_client": 0, "dp": None, "rounds": entries}
@@ -235,6 +237,13 @@ def nn_spacing(X) -> tuple[float, float]:
     D = np.linalg.norm(X[:, None] - X[None], axis=-1) + np.diag(np.full(len(X), np.inf))
     nn = D.min(axis=1)
     return float(nn.min()), float(np.quantile(nn, 0.25))
+
+
+def kept_rounds(previous: dict | None, name: str, settings: dict) -> dict:
+    """``{round: entry}`` of variant ``name`` in an earlier report, if it ran with exactly ``settings``; each entry names its run."""
+    if previous is None or previous["variants"].get(name, {}).get("config") != settings:
+        return {}
+    return {e["round"]: {**e, "attacked_by": attacked_by(e, previous["meta"])} for e in previous["variants"][name]["rounds"]}
 
 
 def attacked_by(entry: dict, meta: dict) -> dict:
@@ -277,7 +286,7 @@ def pursuit_table(result: dict) -> str:
             runs.setdefault((by["command"], by["commit"]), []).append(e["round"])
     for (cmd, rev), kept in runs.items():
         text += (f" Rounds {', '.join(map(str, kept))} were attacked by the earlier run `{cmd}` "
-                 f"at commit `{rev}` and kept (`--resume`; same options).")
+                 f"at commit `{rev}` and kept (`--resume`; same settings).")
     lines += ["", text]
     return "\n".join(lines)
 

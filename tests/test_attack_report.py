@@ -85,3 +85,14 @@ def test_landscape_table_rows_and_missing_attack_round():
     assert lines[2] == "| 20 | 1.5e-15 | 4.9e-11 (ratio 0.15; pairs <= 1e-02 apart) | 1.1e-09 (ratio 0.28) |"
     assert lines[3].endswith("| not run |")
     assert "`python land`" in lines[-1] and "`python atk`" in lines[-1]
+
+
+def test_kept_rounds_need_identical_settings():
+    settings = {"swaps": 20, "radii": [0.004, 0.015]}
+    previous = {"meta": {"command": "python first", "commit": "c0"},
+                "variants": {"pursuit": {"config": settings, "rounds": [_entry(1), _entry(5)]}}}
+    kept = attack_report.kept_rounds(previous, "pursuit", dict(settings))
+    assert sorted(kept) == [1, 5] and kept[1]["attacked_by"] == {"command": "python first", "commit": "c0"}
+    assert attack_report.kept_rounds(previous, "pursuit", {**settings, "swaps": 40}) == {}  # a default changed
+    assert attack_report.kept_rounds(previous, "paper", settings) == {}
+    assert attack_report.kept_rounds(None, "pursuit", settings) == {}
