@@ -19,6 +19,11 @@ README.md between the ``attack-pursuit`` markers:
     PYTHONPATH=. python benchmarks/attack_report.py --variants pursuit --readme \
         --out benchmarks/results/attack_branin_pursuit.json
 
+A pursuit attack at round 99 takes over half an hour here: ``--cache FILE``
+keeps the BO run between invocations and ``--resume`` keeps the rounds an
+interrupted report already attacked (with the same settings), so rerunning
+the same command goes on where it stopped.
+
 The ``progressive`` variant (:func:`pacd_jax.attack.progressive_attack`)
 follows the target through every round from 0 to the last listed one and
 scores every round; run it alone into its own file:
