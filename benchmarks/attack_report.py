@@ -73,6 +73,24 @@ def progressive_config(opts=PROGRESSIVE) -> attack.ProgressiveConfig:
     return attack.ProgressiveConfig(**{**opts, "first": attack.AttackConfig(**opts["first"])})
 
 
+def bo_records(config: RunConfig, rounds, cache: str | None):
+    """Client 0's intercepted records and true data at ``rounds``: ``(records, truths, from_cache)``.
+
+    From the pickle ``cache`` when it exists, else from a fresh BO run, which
+    is then pickled to ``cache`` if one is named.
+    """
+    if cache and Path(cache).exists():
+        with open(cache, "rb") as fh:
+            pairs = [(r, t) for r, t in zip(*pickle.load(fh)) if r.round in rounds]
+        return [r for r, _ in pairs], [t for _, t in pairs], True
+    with jax.enable_x64(config.x64):
+        records, truths, _ = intercept.run_vmap(config, intercept.InterceptSpec(0, tuple(rounds)))
+    if cache:
+        with open(cache, "wb") as fh:
+            pickle.dump((records, truths), fh)
+    return records, truths, False
+
+
 def basin(model, rec, truth, radii, steps, seed) -> list[dict]:
     """L-BFGS from the truth plus N(0, r^2) noise (y known): final loss and matched RMSE per radius."""
     out = []
@@ -118,18 +136,7 @@ def main(argv=None) -> int:
         rounds = tuple(sorted(set(rounds) | {t - 1 for t in rounds if t > 0}))
     start = time.perf_counter()
     config = RunConfig(benchmark="branin", iters=100, seeds=(args.seed,), x64=not args.float32)
-    spec = intercept.InterceptSpec(0, rounds)
-    bo_from_cache = bool(args.cache) and Path(args.cache).exists()
-    if bo_from_cache:
-        with open(args.cache, "rb") as fh:
-            pairs = [(r, t) for r, t in zip(*pickle.load(fh)) if r.round in rounds]
-        records, truths = [r for r, _ in pairs], [t for _, t in pairs]
-    else:
-        with jax.enable_x64(config.x64):
-            records, truths, _ = intercept.run_vmap(config, spec)
-        if args.cache:
-            with open(args.cache, "wb") as fh:
-                pickle.dump((records, truths), fh)
+    records, truths, bo_from_cache = bo_records(config, rounds, args.cache)
     run_time = time.perf_counter() - start
     model = methods.meta_gp(config, 2)
     out_dir = Path(args.out).with_suffix("")

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import pickle
 import sys
 import time
 from pathlib import Path
@@ -40,7 +39,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy.spatial.distance import cdist  # noqa: E402
 
-from pacd_jax import intercept, io, methods, metrics, pursuit  # noqa: E402
+from benchmarks import attack_report  # noqa: E402
+from pacd_jax import io, methods, metrics, pursuit  # noqa: E402
 from pacd_jax.config import RunConfig  # noqa: E402
 from pacd_jax.provenance import command, commit, machine  # noqa: E402
 
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", default="20,40")
     parser.add_argument("--collapse", default="1,3", help="numbers of closest pairs to collapse, one decoy each")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cache", help="attack_report.py's --cache pickle: loaded if present, else the BO run is made")
+    parser.add_argument("--cache", help="attack_report.py's --cache pickle: loaded if present, else the BO run is made and written there")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "pursuit_landscape.json"))
     parser.add_argument("--attack", default=str(ROOT / "benchmarks" / "results" / "attack_branin_pursuit.json"),
                         help="attack_report.py's pursuit results, for the table's last column")
@@ -79,16 +79,12 @@ def main(argv=None) -> int:
     config = RunConfig(benchmark="branin", iters=100, seeds=(args.seed,), x64=True)
     rng = np.random.default_rng(args.seed)
     with jax.enable_x64(True):
-        if args.cache and Path(args.cache).exists():
-            with open(args.cache, "rb") as fh:
-                pairs = [(r, t) for r, t in zip(*pickle.load(fh)) if r.round in rounds]
-        else:
-            pairs = list(zip(*intercept.run_vmap(config, intercept.InterceptSpec(0, rounds))[:2]))
+        records, truths, _ = attack_report.bo_records(config, rounds, args.cache)
         model = methods.meta_gp(config, 2)
         coords = jnp.asarray(model.network_coordinates())
         cfg = pursuit.PursuitConfig()
         out = []
-        for rec, truth in pairs:
+        for rec, truth in zip(records, truths):
             prog = pursuit._Programs(model, cfg, jnp.asarray(rec.particles), jnp.asarray(rec.grads)[:, coords], coords)
             ones = jnp.ones((rec.m,))
             guess = metrics.no_information_baseline(truth.X, np.random.default_rng(args.seed), "uniform")["matched_rmse"]
