@@ -8,7 +8,10 @@ writes, under ``--out DIR``:
 * ``table.json``: ``{benchmark: {method: {final_regret_mean, final_regret_std,
   auc_mean, auc_std, seeds, per_seed: [{seed, final_regret, auc}]}}, "meta": {...}}``;
 * ``table.md``: Table I's layout (normalised regret on top, AUC over the first
-  10% of rounds below, mean ± std over seeds, best per column in bold);
+  10% of rounds below, mean ± std over seeds, best per column in bold), then
+  each method's final regret against PACD-BO's on the same seeds (paired:
+  on how many seeds each is lower, and a Wilcoxon signed-rank p-value; also in
+  ``table.json`` as ``vs_pacd`` of each method);
 * ``convergence.png``: Figure 2, mean normalised regret vs round with a ±1 std
   band over seeds, one panel per benchmark, one line per method.
 
@@ -42,6 +45,8 @@ DEFAULT_BENCHMARKS = ("sinusoid", "branin", "hartmann6", "wingweight")
 DEFAULT_METHODS = ("independent", "pacoh", "pacd", "cboc-u", "cboc-l")
 LABELS = {"independent": "Independent", "pacoh": "PACOH-BO", "pacd": "PACD-BO", "cboc-u": "CBOC-U", "cboc-l": "CBOC-L"}
 BENCH_LABELS = {"sinusoid": "Sinusoid", "branin": "Branin", "hartmann6": "Hartmann-6", "wingweight": "Wing Weight"}
+#: The method the paired comparison of ``table.md`` holds every other method against.
+REFERENCE = "pacd"
 
 
 def config_dict(config) -> dict:
@@ -299,7 +304,39 @@ def collect(out, benchmarks: Sequence[str], methods: Sequence[str]) -> dict:
             rows = [per_seed[s] for s in sorted(per_seed)]
             stats = metrics.summarise(np.array([p["final_regret"] for p in rows]), np.array([p["auc"] for p in rows]))
             doc[bench][method] = {**stats, "seeds": [p["seed"] for p in rows], "per_seed": rows}
+        if REFERENCE in doc[bench]:
+            for method, entry in doc[bench].items():
+                if method != REFERENCE:
+                    entry[f"vs_{REFERENCE}"] = paired_comparison(doc[bench][REFERENCE]["per_seed"], entry["per_seed"])
     return doc
+
+
+def paired_comparison(reference: Sequence[dict], other: Sequence[dict], key: str = "final_regret") -> dict:
+    """One method against the reference on the seeds both ran (each seed is a pair).
+
+    The seeds' runs share their tasks and initial designs (DESIGN.md section 4),
+    so a paired test is the fair one: how many seeds the reference ends lower /
+    higher / level (equal to 1e-12), the median of ``other - reference``, and the
+    two-sided Wilcoxon signed-rank p-value over the non-level seeds (exact for
+    fewer than 50 pairs without tied magnitudes; 1.0 when every seed is level).
+    """
+    from scipy import stats
+
+    ref = {r["seed"]: r[key] for r in reference}
+    pairs = [(ref[r["seed"]], r[key], r["seed"]) for r in other if r["seed"] in ref]
+    diff = np.array([o - a for a, o, _ in pairs], dtype=float)
+    level = np.abs(diff) <= 1e-12
+    moved = diff[~level]
+    p_value = float(stats.wilcoxon(moved).pvalue) if moved.size else 1.0
+    return {
+        "key": key,
+        "seeds": [s for _, _, s in pairs],
+        "reference_lower": int(np.sum(moved > 0)),
+        "reference_higher": int(np.sum(moved < 0)),
+        "level": int(np.sum(level)),
+        "median_difference": float(np.median(diff)) if diff.size else float("nan"),
+        "p_value": p_value,
+    }
 
 
 def _fmt(mean: float, std: float, bold: bool) -> str:
@@ -327,6 +364,7 @@ def markdown(doc: dict, benchmarks: Sequence[str], methods: Sequence[str]) -> st
             ]
             lines.append(f"| {LABELS.get(m, m)} | " + " | ".join(cells) + " |")
         lines.append("")
+    lines += _paired_markdown(doc, benchmarks, methods)
     meta = doc.get("meta")
     if meta:
         cfg = meta.get("config", {})
@@ -348,6 +386,33 @@ def markdown(doc: dict, benchmarks: Sequence[str], methods: Sequence[str]) -> st
             + f" (XLA_FLAGS `{meta['xla_flags']}`)."
         )
     return "\n".join(lines) + "\n"
+
+
+def _paired_markdown(doc: dict, benchmarks: Sequence[str], methods: Sequence[str]) -> list[str]:
+    """The paired block: per method and benchmark, seeds where PACD-BO ends lower / higher, and p."""
+    key = f"vs_{REFERENCE}"
+    others = [m for m in methods if m != REFERENCE and any(key in doc.get(b, {}).get(m, {}) for b in benchmarks)]
+    if not others:
+        return []
+    ref = LABELS.get(REFERENCE, REFERENCE)
+    lines = [
+        f"**Paired with {ref}** (final regret on the same seeds): seeds where {ref} ends lower / higher "
+        f"(/ level), and the two-sided Wilcoxon signed-rank p-value",
+        "",
+        "| Method | " + " | ".join(BENCH_LABELS.get(b, b) for b in benchmarks) + " |",
+        "|---|" + "---|" * len(benchmarks),
+    ]
+    for m in others:
+        cells = []
+        for b in benchmarks:
+            c = doc.get(b, {}).get(m, {}).get(key)
+            if c is None:
+                cells.append("—")
+                continue
+            level = f" / {c['level']}" if c["level"] else ""
+            cells.append(f"{c['reference_lower']} / {c['reference_higher']}{level}, p = {c['p_value']:.2g}")
+        lines.append(f"| {LABELS.get(m, m)} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def plot_grid(out, benchmarks: Sequence[str], methods: Sequence[str], path: str | os.PathLike) -> None:

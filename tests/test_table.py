@@ -27,8 +27,8 @@ def check_schema(doc):
     assert set(doc) == {"sinusoid", "branin", "meta"}
     for bench in ("sinusoid", "branin"):
         assert list(doc[bench]) == ["pacd", "cboc-l"]
-        for cell in doc[bench].values():
-            assert set(cell) == STAT_KEYS and cell["seeds"] == [0, 1]
+        for method, cell in doc[bench].items():
+            assert set(cell) == STAT_KEYS | ({"vs_pacd"} if method != "pacd" else set()) and cell["seeds"] == [0, 1]
             assert [set(p) for p in cell["per_seed"]] == [{"seed", "final_regret", "auc"}] * 2
             assert all(0.0 <= p["final_regret"] <= p["auc"] + 1e-12 <= 1.0 + 1e-12 for p in cell["per_seed"])
     assert {"command", "commit", "machine", "wall_time_s", "xla_flags"} <= set(doc["meta"])
@@ -46,7 +46,13 @@ def test_reduced_grid_files_and_schema(uninterrupted):
     doc = json.loads((uninterrupted / "table.json").read_text())
     check_schema(doc)
     md = (uninterrupted / "table.md").read_text()
-    assert md.count("| PACD-BO |") == 2 and md.count("| CBOC-L |") == 2 and "**" in md
+    assert md.count("| PACD-BO |") == 2 and md.count("| CBOC-L |") == 3 and "**" in md
+    for bench in ("sinusoid", "branin"):  # the paired block agrees with the per-seed numbers
+        ref = {p["seed"]: p["final_regret"] for p in doc[bench]["pacd"]["per_seed"]}
+        paired = doc[bench]["cboc-l"]["vs_pacd"]
+        lower = sum(p["final_regret"] - ref[p["seed"]] > 1e-12 for p in doc[bench]["cboc-l"]["per_seed"])
+        assert paired["seeds"] == [0, 1] and paired["reference_lower"] == lower
+        assert paired["reference_lower"] + paired["reference_higher"] + paired["level"] == 2
     png = (uninterrupted / "convergence.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     for bench in ("sinusoid", "branin"):
@@ -114,3 +120,21 @@ def test_table_bad_input_one_line_exit_2(tmp_path, capsys, args, message):
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and message in err
     assert not (tmp_path / "t").exists()
+
+
+def test_paired_comparison_against_the_exact_signed_rank_distribution():
+    from pacd_jax.table import paired_comparison
+
+    ref = [{"seed": s, "final_regret": 0.1} for s in range(8)]
+    # seeds 0-5: the other method ends higher by distinct amounts; seed 6 level; seed 7 only in ref
+    other = [{"seed": s, "final_regret": 0.1 + 0.01 * (s + 1)} for s in range(6)] + [{"seed": 6, "final_regret": 0.1}]
+    c = paired_comparison(ref, other)
+    assert c["seeds"] == list(range(7)) and (c["reference_lower"], c["reference_higher"], c["level"]) == (6, 0, 1)
+    # all 6 non-level differences of one sign: the exact two-sided p is 2 / 2^6
+    assert c["p_value"] == pytest.approx(2 / 2**6)
+    assert c["median_difference"] == pytest.approx(0.03)  # median of 0.01..0.06 and 0
+    # one sign flipped on the smallest magnitude: P(W+ <= 1) = 2 / 64 each side
+    other[0]["final_regret"] = 0.1 - 0.01
+    c = paired_comparison(ref, other)
+    assert (c["reference_lower"], c["reference_higher"]) == (5, 1) and c["p_value"] == pytest.approx(4 / 2**6)
+    assert paired_comparison(ref, [{"seed": 0, "final_regret": 0.1}])["p_value"] == 1.0
