@@ -38,17 +38,8 @@ run: $(STAMP)
 # graph and its numerics are unchanged; only the machine code is less tuned).
 # Tests that time or run long loops opt back in (tests/helpers.py).
 TEST_XLA_FLAGS := --xla_backend_optimization_level=0
-# Many tests (and their CLI and MPI subprocesses) compile identical programs,
-# so the run shares one JAX persistent compilation cache, made empty for each
-# `make test` and removed after it (nothing carries over between runs). A size
-# limit switches on JAX's file lock, so that two processes never read an
-# entry while it is being written (the lock needs the `filelock` package,
-# a dev dependency). Measured on the MPI tests: 372 s instead of 436 s.
-TEST_CACHE_ENV := JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 JAX_COMPILATION_CACHE_MAX_SIZE=8000000000
 test: $(STAMP)
-	export PATH=$(BIN):$$PATH XLA_FLAGS="$$XLA_FLAGS $(TEST_XLA_FLAGS)" $(TEST_CACHE_ENV); \
-	export JAX_COMPILATION_CACHE_DIR="$$(mktemp -d -t pacd-jax-test-cache.XXXXXX)"; \
-	trap 'rm -rf "$$JAX_COMPILATION_CACHE_DIR"' EXIT; \
+	export PATH=$(BIN):$$PATH XLA_FLAGS="$$XLA_FLAGS $(TEST_XLA_FLAGS)"; \
 	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=15 || exit 1; \
 	for n in 2 3 6; do \
 	    timeout 300 $(BIN)/mpiexec -n $$n $(BIN)/python -m pytest -q -p no:cacheprovider tests/mpi || exit 1; \
