@@ -16,7 +16,9 @@ Run plainly, the script times the vmap baseline in this process, then starts
 ``mpiexec -n N+1`` on itself for the MPI side (the two cannot share a
 process) and writes one list of records with ``baselines: {"vmap": ms}`` on
 the MPI records. Under mpiexec every rank is pinned to one core
-(:mod:`pacd_jax.distributed.process`); with more ranks than cores they share.
+(:mod:`pacd_jax.distributed.process`); with more ranks than cores they share,
+and a waiting rank polls (MPICH's default); ``--mpi-waits spin,yield`` times
+polling against sleeping between polls side by side.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ def time_vmap(cfg: common.StepConfig, steps: int, repeats: int) -> dict:
                          times, compile_s, per=steps)
 
 
-def time_mpi(cfg: common.StepConfig, steps: int, repeats: int, transport: str) -> dict | None:
+def time_mpi(cfg: common.StepConfig, steps: int, repeats: int, transport: str, wait: str = "auto") -> dict | None:
     """Run on every rank of a job with N + 1 ranks; returns the record on rank 0."""
     import jax
     import jax.numpy as jnp
@@ -107,9 +109,11 @@ def time_mpi(cfg: common.StepConfig, steps: int, repeats: int, transport: str) -
     compile_s, times = common.time_call(synchronised, repeats)
     if not channel.is_coordinator:
         return None
+    suffix = "" if wait == "default" else f"-{wait}"
     return common.record(
-        f"{cfg.name}/mpi-{transport}",
-        {**cfg.to_dict(), "steps_per_call": steps, "backend": "mpi", "transport": transport, "ranks": world.Get_size()},
+        f"{cfg.name}/mpi-{transport}{suffix}",
+        {**cfg.to_dict(), "steps_per_call": steps, "backend": "mpi", "transport": transport, "ranks": world.Get_size(),
+         "mpi_wait": wait, "heavy_yield": os.environ.get(HEAVY_YIELD, "0") not in ("", "0")},
         times, compile_s, per=steps,
     )
 
@@ -123,7 +127,7 @@ def worker(args) -> None:
     records = []
     for name in args.configs:
         for transport in args.transports:
-            rec = time_mpi(common.NAMED[name], args.steps, args.repeats, transport)
+            rec = time_mpi(common.NAMED[name], args.steps, args.repeats, transport, args.wait)
             if rec is not None:
                 records.append(rec)
                 print(f"{rec['name']:32s} median {rec['median_ms']:8.3f} ms/step  min {rec['min_ms']:8.3f}", flush=True)
@@ -131,23 +135,37 @@ def worker(args) -> None:
         Path(args.json).write_text(json.dumps(records))
 
 
-def run_mpi(configs: list[str], transports: list[str], steps: int, repeats: int) -> list[dict]:
-    """Time the MPI side: one ``mpiexec -n N+1`` job of this script per client count; returns its records."""
+#: MPICH's switch between polling and sleeping while a rank waits in a blocking call
+HEAVY_YIELD = "MPIR_CVAR_ENABLE_HEAVY_YIELD"
+#: how a rank waits: as the environment says (MPICH polls unless told otherwise), polling, sleeping
+MPI_WAITS = {"default": None, "spin": "0", "yield": "1"}
+
+
+def run_mpi(configs: list[str], transports: list[str], steps: int, repeats: int, waits=("default",)) -> list[dict]:
+    """Time the MPI side: one ``mpiexec -n N+1`` job of this script per client count and wait mode; returns its records.
+
+    ``waits``: keys of :data:`MPI_WAITS`; "default" leaves the environment
+    as it is, "spin" and "yield" set MPICH's ``MPIR_CVAR_ENABLE_HEAVY_YIELD``
+    to 0 or 1 for the job and add ``-spin``/``-yield`` to the record names."""
+
     bindir = Path(sys.executable).parent
     mpiexec = shutil.which("mpiexec", path=str(bindir)) or shutil.which("mpiexec")
     if mpiexec is None:
         raise SystemExit("no mpiexec found: install the mpi extra (pip install -e '.[mpi]')")
     records = []
     with tempfile.TemporaryDirectory() as tmp:
-        for n_ranks in sorted({common.NAMED[n].num_clients + 1 for n in configs}):
-            names = [n for n in configs if common.NAMED[n].num_clients + 1 == n_ranks]
-            part = Path(tmp) / f"mpi-{n_ranks}.json"
-            cmd = [mpiexec, "-n", str(n_ranks), sys.executable, str(Path(__file__).resolve()), "--worker", "--json", str(part),
-                   "--configs", ",".join(names), "--transports", ",".join(transports),
-                   "--steps", str(steps), "--repeats", str(repeats)]
-            env = {**os.environ, "PATH": os.pathsep.join([str(bindir), os.environ.get("PATH", "")])}
-            subprocess.run(cmd, check=True, env=env)
-            records.extend(json.loads(part.read_text()))
+        for wait in waits:
+            for n_ranks in sorted({common.NAMED[n].num_clients + 1 for n in configs}):
+                names = [n for n in configs if common.NAMED[n].num_clients + 1 == n_ranks]
+                part = Path(tmp) / f"mpi-{n_ranks}-{wait}.json"
+                cmd = [mpiexec, "-n", str(n_ranks), sys.executable, str(Path(__file__).resolve()), "--worker", "--json", str(part),
+                       "--configs", ",".join(names), "--transports", ",".join(transports),
+                       "--steps", str(steps), "--repeats", str(repeats), "--mpi-waits", wait]
+                env = {**os.environ, "PATH": os.pathsep.join([str(bindir), os.environ.get("PATH", "")])}
+                if MPI_WAITS[wait] is not None:
+                    env[HEAVY_YIELD] = MPI_WAITS[wait]
+                subprocess.run(cmd, check=True, env=env)
+                records.extend(json.loads(part.read_text()))
     return records
 
 
@@ -159,16 +177,24 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=20, help="SVGD steps per timed call (default 20)")
     parser.add_argument("--repeats", type=int, default=20, help="timed calls per record (default 20)")
     parser.add_argument("--quick", action="store_true", help="5 repeats of 10 steps")
+    parser.add_argument("--mpi-waits", default="default",
+                        help="comma-separated: default (the environment's setting), spin, yield (MPICH's "
+                             "MPIR_CVAR_ENABLE_HEAVY_YIELD=0/1); each is one set of MPI records (default: default)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.configs = [c for c in args.configs.split(",") if c]
     args.transports = [t for t in args.transports.split(",") if t]
+    args.mpi_waits = [w for w in args.mpi_waits.split(",") if w]
+    bad = [w for w in args.mpi_waits if w not in MPI_WAITS]
+    if bad or not args.mpi_waits:
+        parser.error(f"unknown --mpi-waits {bad[0] if bad else ''!r}; choose from {', '.join(MPI_WAITS)}")
     unknown = [c for c in args.configs if c not in common.NAMED]
     if unknown:
         parser.error(f"unknown config {unknown[0]!r}; choose from {', '.join(common.NAMED)}")
     if args.quick:
         args.steps, args.repeats = 10, 5
     if args.worker:
+        args.wait = args.mpi_waits[0]
         worker(args)
         return 0
 
@@ -179,7 +205,7 @@ def main(argv=None) -> int:
         print(f"{rec['name']:32s} median {rec['median_ms']:8.3f} ms/step  min {rec['min_ms']:8.3f}", flush=True)
 
     vmap_ms = {r["name"].split("/")[0]: r["median_ms"] for r in records}
-    for rec in run_mpi(args.configs, args.transports, args.steps, args.repeats):
+    for rec in run_mpi(args.configs, args.transports, args.steps, args.repeats, args.mpi_waits):
         rec["baselines"] = {"vmap": vmap_ms[rec["name"].split("/")[0]]}
         records.append(rec)
     common.write(args.json, records, "bench/mpi_step.py", argv)

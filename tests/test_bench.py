@@ -38,6 +38,14 @@ def test_mpi_step_quick_writes_records(tmp_path):
     _check_records(records)
     assert [r["name"] for r in records] == ["anchor-5x20x1d/vmap", "anchor-5x20x1d/mpi-gather"]
     assert set(records[1]["baselines"]) == {"vmap"} and records[1]["config"]["ranks"] == 6
+    assert records[1]["config"]["mpi_wait"] == "default"
+
+
+def test_mpi_step_rejects_an_unknown_wait_mode(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "mpi_step.py"), "--mpi-waits", "default,nap",
+                           "--json", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "unknown --mpi-waits 'nap'" in proc.stderr
+    assert not (tmp_path / "x.json").exists()
 
 
 def _run_script(name, args, tmp_path, timeout=600):

@@ -300,6 +300,10 @@ def _log_host_messages(channel: Channel, kind: str, objs, senders) -> None:
         channel.log.record(kind, -1, -1, sender, COORDINATOR, (size,), np.uint8)
 
 
+#: seconds between printing a rank's error line and aborting the job
+ABORT_GRACE_S = 0.5
+
+
 def run(
     config: RunConfig,
     task_factory: Callable | None = None,
@@ -366,6 +370,11 @@ def run(
     except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
         message = str(exc) or type(exc).__name__
         error_line(f"pacd-bo [rank {rank}]: error: {message}")
+        # The line sits in the pipe to this node's process manager until it
+        # forwards it; MPI_Abort makes the manager tear the job down, and on a
+        # busy machine it could do so before forwarding, losing the only
+        # explanation the user gets. A short pause lets it drain first.
+        time.sleep(ABORT_GRACE_S)
         world.Abort(2)
         # MPICH's MPI_Abort can return to the caller before the process
         # manager kills the job; end here so the message is printed once.
