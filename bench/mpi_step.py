@@ -76,7 +76,7 @@ def time_vmap(cfg: common.StepConfig, steps: int, repeats: int) -> dict:
                          times, compile_s, per=steps)
 
 
-def time_mpi(cfg: common.StepConfig, steps: int, repeats: int, transport: str, wait: str = "auto") -> dict | None:
+def time_mpi(cfg: common.StepConfig, steps: int, repeats: int, transport: str, wait: str = "default") -> dict | None:
     """Run on every rank of a job with N + 1 ranks; returns the record on rank 0."""
     import jax
     import jax.numpy as jnp
@@ -147,7 +147,6 @@ def run_mpi(configs: list[str], transports: list[str], steps: int, repeats: int,
     ``waits``: keys of :data:`MPI_WAITS`; "default" leaves the environment
     as it is, "spin" and "yield" set MPICH's ``MPIR_CVAR_ENABLE_HEAVY_YIELD``
     to 0 or 1 for the job and add ``-spin``/``-yield`` to the record names."""
-
     bindir = Path(sys.executable).parent
     mpiexec = shutil.which("mpiexec", path=str(bindir)) or shutil.which("mpiexec")
     if mpiexec is None:
