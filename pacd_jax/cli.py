@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ind = run.add_argument_group("independent and CBOC baselines")
     ind.add_argument("--gp-kernel", choices=("matern52", "rbf"), default=defaults.gp_kernel, help="default %(default)s")
-    ind.add_argument("--gp-fit-steps", type=_positive_int, default=defaults.gp_fit_steps, help="L-BFGS steps per round (default %(default)s)")
+    ind.add_argument("--gp-fit-steps", type=_positive_int, default=defaults.gp_fit_steps, help="at most this many L-BFGS steps per GP fit and round; a fit stops earlier once its objective stops decreasing (default %(default)s)")
     ind.add_argument("--consensus-steps", type=_positive_int, help="cboc-u/cboc-l: rounds n_c of the consensus schedule (default: T)")
 
     priv = run.add_argument_group("differential privacy (pacd, pacoh; paper section VI)")

@@ -53,7 +53,7 @@ class RunConfig:
     Acquisition:
         kappa, num_candidates, num_local, num_refine, refine_steps.
     Independent and CBOC baselines:
-        gp_kernel (``matern52`` or ``rbf``), gp_fit_steps (L-BFGS steps per round),
+        gp_kernel (``matern52`` or ``rbf``), gp_fit_steps (cap on the L-BFGS steps per GP fit and round),
         consensus_steps (CBOC's n_c; None: T).
     Execution:
         backend (``vmap``: one process; ``mpi``: coordinator on rank 0, one

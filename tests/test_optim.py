@@ -32,3 +32,31 @@ def test_a_step_into_non_finite_values_is_not_taken():
         assert np.all(x >= np.asarray(starts["x"])[:, 0] - 1e-12)  # no step went downhill-away from 2
         values = np.asarray(jax.vmap(loss)(out))
         assert np.all(np.isfinite(values))
+
+
+def test_until_converged_stops_early_at_the_scipy_minimum():
+    """A 4-D Rosenbrock from the classic start: the tolerance rule stops well before the cap,
+    at scipy's minimiser, with as many iterations as scipy's own rule needs (within a factor)."""
+    with jax.enable_x64(True):
+        x0 = np.array([-1.2, 1.0, -0.5, 0.8])
+        loss = lambda x: jnp.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)  # noqa: E731
+        res = jax.jit(lambda p: optim.lbfgs_until_converged(loss, p, 500, optim.SCIPY_FTOL))(jnp.asarray(x0))
+    ref = minimize(rosen, x0, method="L-BFGS-B", jac=rosen_der)
+    assert int(res.steps) < 500
+    assert int(res.steps) <= 3 * ref.nit
+    np.testing.assert_allclose(np.asarray(res.params), ref.x, atol=1e-4)
+    assert float(rosen(np.asarray(res.params))) <= ref.fun + 1e-8
+
+
+def test_until_converged_stops_at_a_non_finite_step_and_keeps_the_last_finite_point():
+    with jax.enable_x64(True):
+        loss = lambda p: jnp.where(p["x"] > 0.5, jnp.nan, (p["x"] - 2.0) ** 2).sum()  # noqa: E731
+        res = jax.jit(lambda p: optim.lbfgs_until_converged(loss, p, 30, 1e-12))({"x": jnp.asarray([0.0])})
+    assert int(res.steps) < 30
+    x = float(res.params["x"][0])
+    assert np.isfinite(x) and 0.0 <= x <= 0.5
+
+
+def test_default_ftol_is_scipys_in_float64_and_above_round_off_in_float32():
+    assert optim.default_ftol(jnp.float64) == pytest.approx(2.220446049250313e-09)
+    assert optim.default_ftol(jnp.float32) == pytest.approx(10 * np.finfo(np.float32).eps)

@@ -175,3 +175,24 @@ def test_line_search_state_holds_the_value_at_the_new_iterate():
         updates, state = opt.update(grad, state, x, value=value, grad=grad, value_fn=fun)
         x = optax.apply_updates(x, updates)
         np.testing.assert_allclose(float(optax.tree_utils.tree_get(state, "value")), float(fun(x)), rtol=1e-6)
+
+
+def test_batched_fit_equals_one_fit_per_client():
+    """Batched fits run one after another (sequential_vmap), each stopping on its own: a vmapped
+    fit over clients and seeds must give what each unbatched fit gives."""
+    with jax.enable_x64(True):
+        d, M = 3, 20
+        cfg = StandardGPConfig(dim=d)
+        batch = []
+        for s, m in enumerate([8, 14, 20, 11]):
+            X, y = _data(m, M, d, seed=10 + s)
+            ys, _, _ = gp.standardise(jnp.asarray(y), gp.make_mask(m, M))
+            batch.append(gp.GPData(jnp.asarray(X), ys, gp.make_mask(m, M)))
+        warm = standard_gp.default_hyper(cfg)._replace(log_outputscale=jnp.asarray(0.5))
+        fit_one = jax.jit(lambda dt: standard_gp.fit(cfg, dt, warm))
+        singles = [fit_one(dt) for dt in batch]
+        stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs).reshape((2, 2) + xs[0].shape), *batch)
+        batched = jax.jit(jax.vmap(jax.vmap(lambda dt: standard_gp.fit(cfg, dt, warm))))(stacked)
+        for i, single in enumerate(singles):
+            for a, b in zip(jax.tree_util.tree_leaves(single), jax.tree_util.tree_leaves(batched)):
+                np.testing.assert_allclose(np.asarray(b).reshape((4,) + np.shape(a))[i], np.asarray(a), rtol=1e-9, atol=1e-12)
