@@ -33,7 +33,15 @@ def _target(r: dict) -> str:
 
 def _note(r: dict) -> str:
     """What a record's configuration adds: a sweep's fitted exponent, a run's split of a round, a target."""
-    return "; ".join(n for n in (_config_note(r), _target(r)) if n)
+    return "; ".join(n for n in (_config_note(r), _objective_note(r), _target(r)) if n)
+
+
+def _objective_note(r: dict) -> str:
+    """``bench/gp_fit.py``: the mean MAP objective each version of the fit reached."""
+    obj = r.get("objective")
+    if not obj:
+        return ""
+    return "mean MAP objective: " + ", ".join(f"{k} {v:.4f}" for k, v in obj.items())
 
 
 def _config_note(r: dict) -> str:
