@@ -39,7 +39,10 @@ def lbfgs(loss_of: Callable[[Any], jax.Array], params: Any, steps: int, memory_s
     """L-BFGS on ``loss_of`` from ``params``; returns the last accepted iterate.
 
     Runs exactly ``steps`` iterations when ``ftol`` is None; otherwise at most
-    ``steps`` (see :func:`lbfgs_until_converged`).
+    ``steps`` (see :func:`lbfgs_until_converged`). ``initial_guess`` is the
+    zoom line search's first step size: ``"one"`` (optax's L-BFGS default) or
+    ``"keep"`` (the previous step's). Works under ``jit`` and ``vmap``
+    (restarts); ``loss_of`` needs only to be differentiable.
     """
     if ftol is None:
         return _fixed(loss_of, params, steps, memory_size, initial_guess)
@@ -68,10 +71,7 @@ def _step(opt, loss_of, params, state):
 
 
 def _fixed(loss_of, params, steps, memory_size, initial_guess):
-    """``steps`` iterations. ``initial_guess`` is the zoom line search's first step size:
-    ``"one"`` (optax's L-BFGS default) or ``"keep"`` (the previous step's).
-    Works under ``jit`` and ``vmap`` (restarts); ``loss_of`` needs only to be differentiable.
-    """
+    """Exactly ``steps`` guarded iterations (:func:`_step`)."""
     opt = _optimiser(memory_size, initial_guess)
 
     def body(_, carry):
