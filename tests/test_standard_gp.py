@@ -130,6 +130,9 @@ def test_config_validation():
         StandardGPConfig(dim=2, kernel="periodic")
     with pytest.raises(ValueError, match="fit_steps"):
         StandardGPConfig(dim=2, fit_steps=0)
+    for bad in (-1e-6, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="fit_ftol"):
+            StandardGPConfig(dim=2, fit_ftol=bad)
 
 
 @pytest.mark.parametrize("kernel", ["matern52", "rbf"])
