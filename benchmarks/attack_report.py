@@ -24,6 +24,14 @@ keeps the BO run between invocations and ``--resume`` keeps the rounds an
 interrupted report already attacked (with the same settings), so rerunning
 the same command goes on where it stopped.
 
+The ``pursuit_follow`` variant (:func:`pacd_jax.pursuit.pursuit_follow`)
+is the pursuit attack following the target from round 0 to the last listed
+round (the coordinator receives every round's message); it scores every
+round, and ``--readme`` puts its table between the ``attack-follow`` markers:
+
+    PYTHONPATH=. python benchmarks/attack_report.py --variants pursuit_follow --readme \
+        --out benchmarks/results/attack_branin_follow.json
+
 The ``progressive`` variant (:func:`pacd_jax.attack.progressive_attack`)
 follows the target through every round from 0 to the last listed one and
 scores every round; run it alone into its own file:
@@ -67,6 +75,10 @@ VARIANTS = {
 #: the progressive attacker's options (see pacd_jax.attack.ProgressiveConfig)
 PROGRESSIVE = dict(first=dict(restarts=64, steps=300, init="uniform", bounded=True, particles=2), candidates=16,
                    search_steps=40, search_particles=2, refine_steps=30, tries=3)
+
+
+#: the follow attacker's options (pacd_jax.pursuit.pursuit_follow; PursuitConfig defaults otherwise)
+FOLLOW = dict(converged_rtol=1e-6)
 
 
 def progressive_config(opts=PROGRESSIVE) -> attack.ProgressiveConfig:
@@ -130,7 +142,7 @@ def main(argv=None) -> int:
     rounds = tuple(int(t) for t in args.rounds.split(","))
     report_rounds = rounds
     names = args.variants.split(",")
-    if "progressive" in names or "progressive_known_init" in names:  # every round up to the last
+    if {"progressive", "progressive_known_init", "pursuit_follow"} & set(names):  # every round up to the last
         rounds = tuple(range(0, max(rounds) + 1))
     elif "newpoint" in names:  # and the round before each
         rounds = tuple(sorted(set(rounds) | {t - 1 for t in rounds if t > 0}))
@@ -181,6 +193,29 @@ def main(argv=None) -> int:
                 result["variants"][name] = {"options": PROGRESSIVE, "start": "the truth at round t-1", "rounds": entries}
                 save()
             continue
+        if name == "pursuit_follow":
+            # the coordinator follows the target from round 0 (5 points) with the pursuit attack; every round is scored
+            cfg = pursuit.PursuitConfig(**FOLLOW)
+            settings = json.loads(json.dumps(dataclasses.asdict(cfg)))
+            entries, every = [], []
+            brief = ("round", "m", "loss", "matched_rmse", "rmse_ratio", "recall_at_r", "precision_at_r", "swaps", "time_s", "cumulative_time_s")
+
+            def keep_follow(e):
+                every.append({**{k: e[k] for k in brief}, "baseline_rmse": e["baseline"]["matched_rmse"], "nn_spacing": nn_spacing(e["X_true"])})
+                if e["round"] in report_rounds:
+                    entries.append(e)
+                print(name, json.dumps(every[-1]), flush=True)
+                result["variants"][name] = {"options": FOLLOW, "config": settings, "start": "round 0, from scratch",
+                                            "rounds": entries, "every_round": every}
+                save()
+
+            leakage.follow_entries(model, records, truths, cfg, jax.random.key(args.seed), np.random.default_rng(args.seed), None, keep_follow)
+            save()
+            doc = {"benchmark": "branin", "target_client": 0, "dp": None, "rounds": entries}
+            leakage.plot_leakage([doc], out_dir / "leakage.png")
+            leakage.plot_dispersion([doc], out_dir / "dispersion_vs_round.png")
+            plot_follow(every, out_dir / "ratio_vs_round.png")
+            continue
         if name in ("progressive", "progressive_known_init"):
             entries = []
             # progressive_known_init: a diagnostic attacker that knows the initial design (round 0's points)
@@ -229,6 +264,8 @@ def main(argv=None) -> int:
     save()
     if args.readme and "pursuit" in result["variants"]:
         update_readme(result, "attack-pursuit")
+    if args.readme and "pursuit_follow" in result["variants"]:
+        update_readme(result, "attack-follow", "pursuit_follow")
     return 0
 
 
@@ -268,9 +305,9 @@ def attacked_by(entry: dict, meta: dict) -> dict:
     return {"command": meta["command"], "commit": meta["commit"]}
 
 
-def pursuit_table(result: dict) -> str:
-    """Markdown: the pursuit attack's scores per round, next to a uniform guess's, with provenance."""
-    entries = result["variants"]["pursuit"]["rounds"]
+def pursuit_table(result: dict, name: str = "pursuit") -> str:
+    """Markdown: a pursuit variant's scores per round, next to a uniform guess's, with provenance."""
+    entries = result["variants"][name]["rounds"]
     row = lambda name, fmt: f"| {name} | " + " | ".join(fmt(e) for e in entries) + " |"
     lines = [
         "| round t | " + " | ".join(str(e["round"]) for e in entries) + " |",
@@ -287,6 +324,8 @@ def pursuit_table(result: dict) -> str:
         row("swaps kept", lambda e: str(e.get("swaps"))),
         row("time (s)", lambda e: f"{e['time_s']:.0f}"),
     ]
+    if all("cumulative_time_s" in e for e in entries):
+        lines.append(row("time since round 0 (s)", lambda e: f"{e['cumulative_time_s']:.0f}"))
     meta = result["meta"]
     bo = "the BO run loaded from --cache" if result.get("bo_from_cache") else "BO run included"
     text = (f"Generated by `{meta['command']}` at commit `{meta['commit']}` on {meta['machine']} "
@@ -303,9 +342,26 @@ def pursuit_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def update_readme(result: dict, block: str) -> bool:
+def plot_follow(every: list[dict], path) -> None:
+    """Matched RMSE / uniform guess's at every round the follow attacker visited (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    ax.semilogy([e["round"] for e in every], [max(e["rmse_ratio"], 1e-16) for e in every], ".-", lw=0.8, label="pursuit, following")
+    ax.axhline(1.0, c="gray", ls=":", label="uniform guess")
+    ax.set_xlabel("BO round t")
+    ax.set_ylabel("matched RMSE / uniform guess's")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    leakage._save(fig, path)
+
+
+def update_readme(result: dict, block: str, name: str = "pursuit") -> bool:
     try:
-        io.replace_marked_block(ROOT / "README.md", block, pursuit_table(result))
+        io.replace_marked_block(ROOT / "README.md", block, pursuit_table(result, name))
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return False

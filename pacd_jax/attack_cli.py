@@ -49,10 +49,11 @@ def add_parser(sub, helpers) -> None:
     )
     g.add_argument(
         "--attack-mode",
-        choices=("paper", "progressive", "pursuit"),
+        choices=("paper", "progressive", "pursuit", "pursuit-follow"),
         default="paper",
         help="paper: eq. 11 on each listed round from random starts (default); progressive: warm-started round after round; "
-        "pursuit: each listed round from its message's atoms (pacd_jax.pursuit)",
+        "pursuit: each listed round from its message's atoms (pacd_jax.pursuit); pursuit-follow: the pursuit attack on "
+        "min(--rounds), then round after round it keeps its points and adds each round's new one (pacd_jax.pursuit.pursuit_follow)",
     )
     g.add_argument("--first-restarts", type=helpers["positive_int"], default=64, help="restarts of the progressive attack's first round (default %(default)s)")
     g.add_argument("--new-candidates", type=helpers["positive_int"], default=16, help="starts per new point (default %(default)s)")
@@ -124,7 +125,7 @@ def cmd_attack(args, usage_error) -> int:
         cosine=args.cosine, normalise=args.normalise, particles=args.attack_particles, bounded=args.box,
     )
 
-    if args.attack_mode == "pursuit":
+    if args.attack_mode in ("pursuit", "pursuit-follow"):
         cfg = pursuit.PursuitConfig(
             candidates=args.pursuit_candidates, grow_steps=args.pursuit_grow_steps, final_steps=args.pursuit_final_steps,
             swaps=args.pursuit_swaps, exchange_steps=args.pursuit_exchange_steps,
@@ -168,7 +169,7 @@ def cmd_attack(args, usage_error) -> int:
 
         try:
             return leakage.run_leakage(config, args.target_client, args.rounds, cfg, on_round=on_attack, on_bo_round=on_bo_round,
-                                         progressive=prog)
+                                         progressive=prog, follow=args.attack_mode == "pursuit-follow")
         finally:
             for b in bars.values():
                 b.close()

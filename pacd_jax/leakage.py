@@ -152,6 +152,61 @@ def progressive_entries(
     return out
 
 
+def follow_entries(
+    model, records, truths, config: pursuit.PursuitConfig, key, rng: np.random.Generator, report=None, on_round=None, pad: int = 16
+) -> list[dict]:
+    """Follow consecutive records with :func:`pacd_jax.pursuit.pursuit_follow` (float64) and score them.
+
+    Args:
+        records, truths: every round from the first attacked one to the last.
+        report: rounds to score and return (None: all).
+
+    Returns:
+        ``attack.json`` entries as :func:`attack_record`'s for the pursuit
+        attack (``loss`` the relative residual, ``stages``, ``swaps``), plus
+        ``cumulative_time_s`` (the attacker's time from the first round up to
+        this one; ``time_s`` is this round's share).
+    """
+    truth_of = {rec.round: t for rec, t in zip(records, truths)}
+    wanted = None if report is None else set(int(t) for t in report)
+    out, total = [], [0.0]
+    pick = ("matched_rmse", "chamfer", "recall_at_r", "precision_at_r", "dispersion")
+
+    def step(s):
+        total[0] += s.time_s
+        if wanted is not None and s.round not in wanted:
+            return
+        truth, res = truth_of[s.round], s.result
+        scores = metrics.reconstruction_scores(res.X, truth.X)
+        uniform = metrics.no_information_baseline(truth.X, rng, "uniform")
+        init = metrics.no_information_baseline(truth.X, rng, "init")
+        entry = {
+            "round": int(s.round),
+            "m": int(len(res.X)),
+            "loss": float(res.loss),
+            **scores,
+            "baseline": {k: uniform[k] for k in pick},
+            "baseline_init": {k: init[k] for k in pick},
+            "rmse_ratio": scores["matched_rmse"] / uniform["matched_rmse"],
+            "true_dispersion": metrics.dispersion(truth.X),
+            "restart_losses": [float(res.loss)],
+            "stages": [[name, value] for name, value in res.history],
+            "swaps": int(res.swaps),
+            "time_s": float(s.time_s),
+            "cumulative_time_s": float(total[0]),
+            "X_true": truth.X.tolist(),
+            "X_rec": res.X.tolist(),
+        }
+        out.append(entry)
+        if on_round is not None:
+            on_round(entry)
+
+    with jax.enable_x64(True):
+        recs64 = [r._replace(particles=np.asarray(r.particles, np.float64), grads=np.asarray(r.grads, np.float64)) for r in records]
+        pursuit.pursuit_follow(model, recs64, key, config, pad=pad, on_step=step)
+    return out
+
+
 def run_leakage(
     config: RunConfig,
     target: int,
@@ -162,6 +217,7 @@ def run_leakage(
     on_bo_round=None,
     on_run=None,
     progressive: attack.ProgressiveConfig | None = None,
+    follow: bool = False,
 ) -> dict:
     """Run, intercept and attack; returns the ``attack.json`` document for one seed.
 
@@ -176,9 +232,16 @@ def run_leakage(
             instead of ``attack_config``'s from-scratch one: every round from
             ``min(rounds)`` to ``max(rounds)`` is intercepted and followed,
             the listed rounds are scored.
+        follow: with a :class:`pacd_jax.pursuit.PursuitConfig`, follow the
+            target as ``progressive`` does, with the pursuit attack
+            (:func:`pacd_jax.pursuit.pursuit_follow`).
     """
     rounds = tuple(int(t) for t in rounds)
-    if progressive is not None:
+    if follow and not isinstance(attack_config, pursuit.PursuitConfig):
+        raise ValueError("follow=True needs a pursuit.PursuitConfig")
+    if progressive is not None and follow:
+        raise ValueError("choose one of progressive and follow")
+    if progressive is not None or follow:
         rounds = tuple(range(min(rounds), max(rounds) + 1)), rounds
         rounds, report = rounds
     else:
@@ -196,11 +259,14 @@ def run_leakage(
     model = methods.meta_gp(config, int(records[0].bounds.shape[0]))
     rng = np.random.default_rng(seed)
     out = []
+    following = progressive is not None or follow
+    if following and not all(np.all(np.isfinite(r.grads)) and np.all(np.isfinite(r.particles)) for r in records):
+        raise ValueError("an intercepted message is not finite (the run's particles diverged); following the target needs every round")
     if progressive is not None:
-        if not all(np.all(np.isfinite(r.grads)) and np.all(np.isfinite(r.particles)) for r in records):
-            raise ValueError("an intercepted message is not finite (the run's particles diverged); the progressive attack needs every round")
         out = progressive_entries(model, records, truths, progressive, jax.random.key(seed), rng, report, on_round)
-    for rec, truth in zip(records, truths) if progressive is None else ():
+    elif follow:
+        out = follow_entries(model, records, truths, attack_config, jax.random.key(seed), rng, report, on_round)
+    for rec, truth in zip(records, truths) if not following else ():
         key = jax.random.fold_in(jax.random.key(seed), rec.round)
         entry = attack_record(model, rec, truth, attack_config, key, rng)
         out.append(entry)
@@ -208,7 +274,7 @@ def run_leakage(
             on_round(entry)
     if isinstance(attack_config, pursuit.PursuitConfig):
         options = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(attack_config).items()}
-        attack_doc = {"mode": "pursuit", **options, "precision": "float64"}
+        attack_doc = {"mode": "pursuit-follow" if follow else "pursuit", **options, "precision": "float64"}
     else:
         attack_doc = {
             "mode": "paper",

@@ -84,12 +84,14 @@ def _fixed(loss_of, params, steps, memory_size, initial_guess):
 
 
 def lbfgs_until_converged(loss_of: Callable[[Any], jax.Array], params: Any, max_steps: int, ftol: float,
-                          memory_size: int = 10, initial_guess: str = "one") -> LBFGSResult:
+                          memory_size: int = 10, initial_guess: str = "one", floor: float = 1.0) -> LBFGSResult:
     """L-BFGS until the objective stops decreasing, at most ``max_steps`` iterations.
 
     Stops after the first iteration whose decrease ``f_k - f_{k+1}`` is at most
-    ``ftol * max(|f_k|, |f_{k+1}|, 1)`` (scipy L-BFGS-B's ``ftol`` rule), or
-    whose step was non-finite and not taken. Without this, a converged fit
+    ``ftol * max(|f_k|, |f_{k+1}|, floor)`` (with ``floor = 1``, scipy
+    L-BFGS-B's ``ftol`` rule; ``floor = 0`` makes it purely relative, for
+    objectives that are driven towards 0 through many orders of magnitude),
+    or whose step was non-finite and not taken. Without this, a converged fit
     in float32 keeps spending the line search's 20 evaluations per iteration
     on round-off. Under ``vmap`` the loop runs until every member has stopped
     (wrap the caller in :func:`jax.custom_batching.sequential_vmap` to let
@@ -104,7 +106,7 @@ def lbfgs_until_converged(loss_of: Callable[[Any], jax.Array], params: Any, max_
     def body(carry):
         i, params, state, _ = carry
         params, state, ok, before, after = _step(opt, loss_of, params, state)
-        scale = jnp.maximum(jnp.maximum(jnp.abs(before), jnp.abs(after)), 1.0)
+        scale = jnp.maximum(jnp.maximum(jnp.abs(before), jnp.abs(after)), floor)
         done = ~ok | (before - after <= ftol * scale)
         return i + 1, params, state, done
 

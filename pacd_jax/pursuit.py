@@ -40,6 +40,7 @@ narrow basin around the truth (README, "Gradient-leakage attack").
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from typing import NamedTuple
 
@@ -89,6 +90,13 @@ class PursuitConfig:
             the message the regularised fit gives up), so a large ridge makes
             wrong point sets as good as the truth; a small one keeps the
             truth's residual far below theirs. ``None``: ``ridge``.
+        converged_rtol: ``None``: every L-BFGS run takes its full number of
+            steps. A value: each stops at the first iteration that lowers
+            the residual by at most this fraction of it
+            (:func:`pacd_jax.optim.lbfgs_until_converged`, purely relative).
+            Once the residual sits at round-off, further iterations only
+            spend the line search's 20 evaluations each; stopping there
+            makes :func:`pursuit_follow`'s 100 rounds affordable.
     """
 
     candidates: int = 4096
@@ -105,6 +113,7 @@ class PursuitConfig:
     widen: bool = True
     tol: float = 1e-14
     ridge_final: float | None = 1e-13
+    converged_rtol: float | None = None
 
     def __post_init__(self):
         for name in ("candidates", "shortlist", "grow_steps", "final_steps", "exchange_steps"):
@@ -125,6 +134,8 @@ class PursuitConfig:
                 raise ValueError(f"{name} must be positive, got {value!r}")
         if not (np.isfinite(self.tol) and self.tol >= 0.0):
             raise ValueError(f"tol must be non-negative, got {self.tol!r}")
+        if self.converged_rtol is not None and not (np.isfinite(self.converged_rtol) and 0.0 <= self.converged_rtol < 1.0):
+            raise ValueError(f"converged_rtol must be in [0, 1) or None, got {self.converged_rtol!r}")
         if not isinstance(self.widen, bool):
             raise ValueError(f"widen must be a bool, got {self.widen!r}")
         if any(not 0.0 < r < 0.5 for r in self.radii):
@@ -219,44 +230,54 @@ def _neighbour_offsets(dim: int, radii) -> np.ndarray:
     return np.concatenate([r * steps for r in radii])
 
 
-class _Programs:
-    """The jitted pieces of one attack (closed over its particles and message); each compiles once per attack."""
+class _Functions:
+    """The attack's jitted pieces, with the particles and the message as arguments.
 
-    def __init__(self, model: MetaGP, config: PursuitConfig, particles: Array, target: Array, coords: Array):
-        self.model, self.config = model, config
-        self.particles, self.target, self.coords = particles, target, coords
-        norm = jnp.sum(target * target)
+    Each compiles once per shape (particles searched, point slots), so one
+    instance serves every round of :func:`pursuit_follow` (the slots are
+    padded to a few sizes) and every particle subset of one attack.
+    """
+
+    def __init__(self, model: MetaGP, config: PursuitConfig, coords: Array):
+        self.model, self.config, self.coords = model, config, coords
         P = model.num_params
-
         ridge_final = config.ridge if config.ridge_final is None else config.ridge_final
 
-        def loss_of(z, active, ridge):
+        def loss_of(particles, target, z, active, ridge):
             J = atoms(model, particles, z, coords)
             _, r = fit_coefficients(J, target, active, ridge)
-            return jnp.sum(r * r) / norm
+            return jnp.sum(r * r) / jnp.sum(target * target)
 
-        self.loss = jax.jit(lambda z, a: loss_of(z, a, ridge_final))
-        self.grow = jax.jit(lambda z, a: optim.lbfgs(lambda zz: loss_of(zz, a, config.ridge), z, config.grow_steps))
-        self.final = jax.jit(lambda z, a: optim.lbfgs(lambda zz: loss_of(zz, a, ridge_final), z, config.final_steps))
+        def descent(ridge, steps):
+            if config.converged_rtol is None:
+                return jax.jit(lambda p, t, z, a: optim.lbfgs(lambda zz: loss_of(p, t, zz, a, ridge), z, steps))
+            return jax.jit(lambda p, t, z, a: optim.lbfgs_until_converged(
+                lambda zz: loss_of(p, t, zz, a, ridge), z, steps, config.converged_rtol, floor=0.0).params)
+
+        self.loss = jax.jit(lambda p, t, z, a: loss_of(p, t, z, a, ridge_final))
+        self.grow = descent(config.ridge, config.grow_steps)
+        self.final = descent(ridge_final, config.final_steps)
+        self.short = descent(ridge_final, config.grow_steps)
+        self.exchange = descent(ridge_final, config.exchange_steps)
 
         def fit_with(ridge):
             @jax.jit
-            def fit(z, active):
+            def fit(particles, target, z, active):
                 J = atoms(model, particles, z, coords)
                 return fit_coefficients(J, target, active, ridge) + (J,)
 
             return fit
 
         self.fit_grow, self.fit = fit_with(config.ridge), fit_with(ridge_final)
-        self.short = jax.jit(lambda z, a: optim.lbfgs(lambda zz: loss_of(zz, a, ridge_final), z, config.grow_steps))
-        self.exchange = jax.jit(lambda z, a: optim.lbfgs(lambda zz: loss_of(zz, a, ridge_final), z, config.exchange_steps))
-        self.removal_costs = jax.jit(lambda z, a: removal_costs(atoms(model, particles, z, coords), target, a, ridge_final) / norm)
+        self.removal_costs = jax.jit(
+            lambda p, t, z, a: removal_costs(atoms(model, p, z, coords), t, a, ridge_final) / jnp.sum(t * t)
+        )
 
         def embed(r):  # residual on the network weights -> a full particle-sized direction
             return jnp.zeros((P,), r.dtype).at[coords].set(r)
 
         @jax.jit
-        def raw_scores(gram_inv, cand, resid):
+        def raw_scores(particles, gram_inv, cand, resid):
             # J^T r for every candidate by one forward-mode pass per particle
             def per_particle(phi, r):
                 _, jr = jax.jvp(lambda p: model.network_outputs(p, cand), (phi,), (embed(r),))
@@ -268,7 +289,7 @@ class _Programs:
         self.raw_scores = raw_scores
 
         @jax.jit
-        def gram_inverse(cand):
+        def gram_inverse(particles, cand):
             J = atoms(model, particles, cand, coords)
             g = jnp.einsum("kcop,kcqp->kcoq", J, J)
             eye = jnp.eye(g.shape[-1], dtype=g.dtype)
@@ -277,7 +298,7 @@ class _Programs:
         self.gram_inverse = gram_inverse
 
         @jax.jit
-        def ortho_scores(J_active, active, cand, resid):
+        def ortho_scores(particles, J_active, active, cand, resid):
             # residual explained by a candidate's atoms after projecting out the active atoms
             K = J_active.shape[0]
             A = (J_active * active[None, :, None, None]).reshape(K, -1, J_active.shape[-1])
@@ -293,6 +314,20 @@ class _Programs:
             return jnp.sum(jnp.einsum("kco,kco->kc", proj, jnp.linalg.solve(g, proj[..., None])[..., 0]), axis=0)
 
         self.ortho_scores = ortho_scores
+
+
+class _Programs:
+    """:class:`_Functions` bound to one message: its particles and their message on the network weights."""
+
+    def __init__(self, model: MetaGP, config: PursuitConfig, particles: Array, target: Array, coords: Array, fns: _Functions | None = None):
+        fns = _Functions(model, config, coords) if fns is None else fns
+        self.fns, self.model, self.config = fns, model, config
+        self.particles, self.target, self.coords = particles, target, coords
+        bind = functools.partial
+        for name in ("loss", "grow", "final", "short", "exchange", "fit_grow", "fit", "removal_costs"):
+            setattr(self, name, bind(getattr(fns, name), particles, target))
+        for name in ("raw_scores", "gram_inverse", "ortho_scores"):
+            setattr(self, name, bind(getattr(fns, name), particles))
 
 
 def _best_candidate(prog: _Programs, sobol, gram_inv, offsets, z, active, resid, J) -> Array:
@@ -312,19 +347,29 @@ def _exchange(prog: _Programs, sobol, gram_inv, offsets, z, active, loss):
     extra point, let all ``m + 1`` move, and drop the one whose loss costs
     least (a point in the wrong place, or a duplicate). Then, if that did not
     help, drop-then-add: remove one of the cheapest points and search afresh
-    for its replacement.
+    for its replacement. The extra point goes into a free slot of ``z`` if
+    it has one (padded buffers keep their shape), else ``z`` grows by a row.
     """
     config = prog.config
-    m = z.shape[0]
+    free = np.flatnonzero(np.asarray(active) == 0)
     _, resid, J = prog.fit(z, active)
     x_new = _best_candidate(prog, sobol, gram_inv, offsets, z, active, resid, J)
-    z_ext = prog.short(jnp.concatenate([z, x_new[None]]), jnp.ones((m + 1,), z.dtype))
-    costs = np.asarray(prog.removal_costs(z_ext, jnp.ones((m + 1,), z.dtype)))
-    tries = [("prune", int(w)) for w in np.argsort(costs)[:3] if w != m]
-    tries += [("replace", int(w)) for w in np.argsort(np.asarray(prog.removal_costs(z, active)))[:3]]
+    if free.size:
+        slot = int(free[0])
+        z_ext, active_ext = z.at[slot].set(x_new), active.at[slot].set(1.0)
+    else:
+        slot = z.shape[0]
+        z_ext, active_ext = jnp.concatenate([z, x_new[None]]), jnp.ones((slot + 1,), z.dtype)
+    z_ext = prog.short(z_ext, active_ext)
+    costs = np.asarray(prog.removal_costs(z_ext, active_ext))
+    tries = [("prune", int(w)) for w in np.argsort(costs)[:3] if w != slot and np.isfinite(costs[w])]
+    tries += [("replace", int(w)) for w in np.argsort(np.asarray(prog.removal_costs(z, active)))[:3] if active[w] > 0]
     for how, w in tries:
         if how == "prune":
-            start = jnp.delete(z_ext, w, axis=0, assume_unique_indices=True)
+            if free.size:  # the new point takes the pruned one's slot; its own slot is free again
+                start = z_ext.at[w].set(z_ext[slot]).at[slot].set(z[slot])
+            else:
+                start = jnp.delete(z_ext, w, axis=0, assume_unique_indices=True)
         else:
             dropped = active.at[w].set(0.0)
             _, resid_w, J_w = prog.fit(z, dropped)
@@ -346,6 +391,98 @@ def implied_targets(model: MetaGP, particles: Array, X: Array, alpha: Array, jit
     return jnp.mean(jax.vmap(one)(particles, alpha), axis=0)
 
 
+class _Message:
+    """One intercepted message prepared for the search: its programs (all particles and the search subsets) and candidates."""
+
+    def __init__(self, fns: _Functions, particles: Array, grads: Array, key: Array):
+        config, model = fns.config, fns.model
+        d = model.config.dim
+        self.fns, self.config = fns, config
+        self.particles = particles
+        self.target = jnp.asarray(grads, particles.dtype)[:, fns.coords]
+        self.all = _Programs(model, config, particles, self.target, fns.coords, fns)
+        seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
+        self.sobol = jnp.asarray(qmc.Sobol(d, scramble=True, seed=seed).random(config.candidates), particles.dtype)
+        self.offsets = jnp.asarray(_neighbour_offsets(d, config.radii), particles.dtype)
+        self.by_size = np.argsort(-np.asarray(jnp.sum(self.target * self.target, axis=1)))
+
+    def _gram_inverse(self, particles: Array) -> Array:
+        """``(K, C, O, O)``: the inverse Gram matrix of every Sobol candidate's atoms, per particle (in chunks: the atoms are large)."""
+        step = 512
+        return jnp.concatenate(
+            [self.fns.gram_inverse(particles, self.sobol[i : i + step]) for i in range(0, self.config.candidates, step)], axis=1
+        )
+
+    @functools.cached_property
+    def gram_inv(self) -> Array:
+        return self._gram_inverse(self.particles)
+
+    def subset(self, size: int):
+        """The programs and candidate Gram inverses of the ``size`` particles with the largest messages."""
+        K = self.particles.shape[0]
+        if size >= K:
+            return self.all, self.gram_inv, K
+        sub = np.sort(self.by_size[:size])
+        prog = _Programs(self.fns.model, self.config, self.particles[sub], self.target[sub], self.fns.coords, self.fns)
+        return prog, self._gram_inverse(self.particles[sub]), size
+
+
+def _search(msg: _Message, z: Array, active: Array, grow_slots, report) -> tuple[Array, float, int]:
+    """Grow into ``grow_slots``, refine, exchange (widening when stalled) and polish; ``(z, loss, swaps kept)``."""
+    config = msg.config
+    K = msg.particles.shape[0]
+    search, search_inv, size = msg.subset(K if config.search_particles is None else config.search_particles)
+    for i in grow_slots:
+        _, resid, J = search.fit_grow(z, active)
+        x_new = _best_candidate(search, msg.sobol, search_inv, msg.offsets, z, active, resid, J)
+        z = z.at[i].set(x_new)
+        active = active.at[i].set(1.0)
+        z = search.grow(z, active)
+    report("grow", float(search.loss(z, active)))
+    z = search.final(z, active)
+    loss = float(search.loss(z, active))
+    report("refine", loss)
+
+    # exchanges; when they stall on a subset, continue on twice as many particles
+    kept = 0
+    while kept < config.swaps and loss > config.tol:
+        z_new = _exchange(search, msg.sobol, search_inv, msg.offsets, z, active, loss)
+        if z_new is None:
+            if size >= K or not config.widen:
+                break
+            search, search_inv, size = msg.subset(2 * size)
+            z = search.final(z, active)
+            loss = float(search.loss(z, active))
+            report(f"widen to {size}", loss)
+            continue
+        z, loss = z_new
+        kept += 1
+        report("swap", loss)
+
+    # polish on every particle: at least one pass, more while each gains ``swap_gain``
+    prog = msg.all
+    loss = float(prog.loss(z, active))
+    for _ in range(config.polish if search is prog else max(config.polish, 1)):
+        z_try = prog.final(z, active)
+        loss_try = float(prog.loss(z_try, active))
+        if not (np.isfinite(loss_try) and loss_try < loss):
+            break
+        z, done, loss = z_try, loss_try > config.swap_gain * loss, loss_try
+        if done:
+            break
+    report("polish", loss)
+    return z, loss, kept
+
+
+def _result(msg: _Message, z: Array, active: Array, loss: float, history, kept: int) -> PursuitResult:
+    """The active points clipped to the box (they move freely: a box transform would trap them on its edges) and their implied ``y``."""
+    idx = np.flatnonzero(np.asarray(active) > 0)
+    X = jnp.clip(z[idx], 0.0, 1.0)
+    c, _, _ = msg.all.fit(X, jnp.ones((idx.size,), z.dtype))
+    y = implied_targets(msg.fns.model, msg.particles, X, c[..., 0])
+    return PursuitResult(np.asarray(X, np.float64), np.asarray(y, np.float64), loss, history, kept)
+
+
 def pursuit_attack(model: MetaGP, particles, grads, m: int, key: Array, config: PursuitConfig = PursuitConfig(), on_stage=None) -> PursuitResult:
     """Reconstruct the target's ``m`` points from one intercepted message (float64 advised).
 
@@ -360,77 +497,74 @@ def pursuit_attack(model: MetaGP, particles, grads, m: int, key: Array, config: 
         raise ValueError(f"m must be a positive integer, got {m!r}")
     particles = jnp.asarray(particles)
     dtype = particles.dtype
-    grads = jnp.asarray(grads, dtype)
-    d = model.config.dim
-    coords = jnp.asarray(model.network_coordinates())
-    target = grads[:, coords]
-    prog = _Programs(model, config, particles, target, coords)
-    seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
-    sobol = jnp.asarray(qmc.Sobol(d, scramble=True, seed=seed).random(config.candidates), dtype)
-    gram_inv = jnp.concatenate([prog.gram_inverse(sobol[i : i + 512]) for i in range(0, config.candidates, 512)], axis=1)
-    offsets = jnp.asarray(_neighbour_offsets(d, config.radii), dtype)
-
-    K = particles.shape[0]
-    by_size = np.argsort(-np.asarray(jnp.sum(target * target, axis=1)))
-
-    def subset(size):
-        """The programs and candidate Gram inverses of the ``size`` particles with the largest messages."""
-        if size >= K:
-            return prog, gram_inv, K
-        sub = np.sort(by_size[:size])
-        return _Programs(model, config, particles[sub], target[sub], coords), gram_inv[sub], size
-
-    search, search_inv, size = subset(K if config.search_particles is None else config.search_particles)
+    fns = _Functions(model, config, jnp.asarray(model.network_coordinates()))
+    msg = _Message(fns, particles, grads, key)
+    history = []
 
     def report(stage, loss):
         history.append((stage, loss))
         if on_stage is not None:
             on_stage(stage, loss)
 
-    z = jnp.zeros((m, d), dtype)
     active = jnp.zeros((m,), dtype)
-    history = []
-    for i in range(m):
-        _, resid, J = search.fit_grow(z, active)
-        x_new = _best_candidate(search, sobol, search_inv, offsets, z, active, resid, J)
-        z = z.at[i].set(x_new)
-        active = active.at[i].set(1.0)
-        z = search.grow(z, active)
-    report("grow", float(search.loss(z, active)))
-    z = search.final(z, active)
-    loss = float(search.loss(z, active))
-    report("refine", loss)
+    z, loss, kept = _search(msg, jnp.zeros((m, model.config.dim), dtype), active, range(m), report)
+    return _result(msg, z, jnp.ones((m,), dtype), loss, history, kept)
 
-    # exchanges; when they stall on a subset, continue on twice as many particles
-    kept = 0
-    while kept < config.swaps and loss > config.tol:
-        z_new = _exchange(search, sobol, search_inv, offsets, z, active, loss)
-        if z_new is None:
-            if size >= K or not config.widen:
-                break
-            search, search_inv, size = subset(2 * size)
-            z = search.final(z, active)
-            loss = float(search.loss(z, active))
-            report(f"widen to {size}", loss)
-            continue
-        z, loss = z_new
-        kept += 1
-        report("swap", loss)
 
-    # polish on every particle: at least one pass, more while each gains ``swap_gain``
-    loss = float(prog.loss(z, active))
-    for _ in range(config.polish if search is prog else max(config.polish, 1)):
-        z_try = prog.final(z, active)
-        loss_try = float(prog.loss(z_try, active))
-        if not (np.isfinite(loss_try) and loss_try < loss):
-            break
-        z, done, loss = z_try, loss_try > config.swap_gain * loss, loss_try
-        if done:
-            break
-    report("polish", loss)
+class FollowStep(NamedTuple):
+    """One round of :func:`pursuit_follow`: the round, the pursuit outcome, this round's time."""
 
-    # the points move freely (a box transform would trap them on its edges); report them clipped to the box
-    X = jnp.clip(z, 0.0, 1.0)
-    c, _, _ = prog.fit(X, active)
-    y = implied_targets(model, particles, X, c[..., 0])
-    return PursuitResult(np.asarray(X, np.float64), np.asarray(y, np.float64), loss, history, kept)
+    round: int
+    result: PursuitResult
+    time_s: float
+
+
+def pursuit_follow(
+    model: MetaGP, records, key: Array, config: PursuitConfig = PursuitConfig(), pad: int = 16, on_step=None
+) -> list[FollowStep]:
+    """Follow the target round after round with the pursuit attack (float64 advised).
+
+    The coordinator receives the target's message at every round, and the
+    target's data only grow (one query per round). So the attacker runs
+    :func:`pursuit_attack` on the first record, and at every later record
+    keeps the points it has, grows only the new ones from the residual and
+    refines, exchanges and polishes all of them as :func:`pursuit_attack`
+    does (the exchanges can still repair an earlier point). Point buffers
+    are padded to multiples of ``pad`` rows (with a free row for the
+    exchanges), so one compiled program per size serves many rounds.
+
+    Args:
+        records: messages in round order, each with ``round, m, particles,
+            grads`` (:class:`pacd_jax.intercept.Record`); ``m`` must not shrink.
+        key: PRNG key; round ``t`` scrambles its candidates with ``fold_in(key, t)``.
+        on_step: ``on_step(FollowStep)`` after each record (progress, saving).
+    """
+    if not isinstance(pad, int) or pad < 1:
+        raise ValueError(f"pad must be a positive integer, got {pad!r}")
+    fns = _Functions(model, config, jnp.asarray(model.network_coordinates()))
+    d = model.config.dim
+    z_prev, m_prev, out = None, 0, []
+    for rec in records:
+        start = time.perf_counter()
+        particles = jnp.asarray(rec.particles)
+        dtype = particles.dtype
+        if not (np.all(np.isfinite(np.asarray(rec.grads))) and np.all(np.isfinite(np.asarray(particles)))):
+            raise ValueError(f"round {rec.round}: the intercepted message is not finite")
+        m = int(rec.m)
+        if m < max(m_prev, 1):
+            raise ValueError(f"round {rec.round}: m must not shrink between records ({m_prev} -> {m})")
+        M = pad * -(-(m + 1) // pad)
+        msg = _Message(fns, particles, rec.grads, jax.random.fold_in(key, int(rec.round)))
+        z = jnp.full((M, d), 0.5, dtype)
+        if z_prev is not None:
+            z = z.at[:m_prev].set(jnp.asarray(z_prev, dtype))
+        active = (jnp.arange(M) < m_prev).astype(dtype)
+        history = []
+        z, loss, kept = _search(msg, z, active, range(m_prev, m), lambda stage, value: history.append((stage, value)))
+        active = (jnp.arange(M) < m).astype(dtype)
+        z_prev, m_prev = z[np.flatnonzero(np.asarray(active) > 0)], m
+        step = FollowStep(int(rec.round), _result(msg, z, active, loss, history, kept), time.perf_counter() - start)
+        out.append(step)
+        if on_step is not None:
+            on_step(step)
+    return out

@@ -132,3 +132,72 @@ def test_config_validates():
         pursuit.PursuitConfig(tol=-1.0)
     with pytest.raises(ValueError, match="widen"):
         pursuit.PursuitConfig(widen=1)
+
+
+def _growing_records(ms, hidden=(8, 8), K=3, seed=30):
+    """Messages of one client whose data grow (its first ``m`` points at each record), as a coordinator receives them."""
+    from pacd_jax.intercept import Record
+
+    model = MetaGP(MetaGPConfig(dim=2, hidden=hidden, features=2))
+    X = jax.random.uniform(jax.random.key(seed + 1), (max(ms), 2), jnp.float64)
+    y_all = jax.random.normal(jax.random.key(seed + 2), (max(ms),), jnp.float64)
+    records, truths = [], []
+    for t, m in enumerate(ms):
+        # the particles move between rounds, as SVGD moves them
+        particles = model.sample_hyperprior(jax.random.key(seed + 100 + t), K, jnp.float64)
+        y = (y_all[:m] - y_all[:m].mean()) / y_all[:m].std()
+        size = max(ms) + 2
+        data = GPData(jnp.zeros((size, 2)).at[:m].set(X[:m]), jnp.zeros((size,)).at[:m].set(y), jnp.arange(size) < m)
+        grads = gmll_grads(model, particles, data)
+        records.append(Record(t, 0, m, np.asarray(particles), np.asarray(grads), np.array([[0.0, 1.0]] * 2)))
+        truths.append(np.asarray(X[:m]))
+    return model, records, truths
+
+
+def test_follow_recovers_every_round_of_a_growing_data_set():
+    """The attacker follows rounds of 3, 4, 5 and 7 points (the last adds two);
+    every round's reconstruction is the truth to 1e-4. Padding to 4 rows
+    gives buffers of 4, 8, 8 and 8 rows: every round has a free slot for
+    the exchanges."""
+    with jax.enable_x64(True):
+        model, records, truths = _growing_records([3, 4, 5, 7])
+        cfg = pursuit.PursuitConfig(candidates=1024, shortlist=64, swaps=12, exchange_steps=50, search_particles=None)
+        seen = []
+        steps = pursuit.pursuit_follow(model, records, jax.random.key(0), cfg, pad=4, on_step=seen.append)
+    assert [s.round for s in steps] == [0, 1, 2, 3] and seen == steps
+    for s, X in zip(steps, truths):
+        assert s.result.X.shape == X.shape and s.result.y.shape == (len(X),)
+        assert metrics.matched_rmse(s.result.X, X) < 1e-4, (s.round, metrics.matched_rmse(s.result.X, X))
+        assert s.result.loss < 1e-8 and s.time_s > 0
+    # the earlier points are kept: a later round does not start over
+    assert [name for name, _ in steps[1].result.history][0] == "grow"
+
+
+def test_follow_rejects_shrinking_data_and_bad_pad():
+    with jax.enable_x64(True):
+        model, records, _ = _growing_records([4, 3])
+        cfg = pursuit.PursuitConfig(candidates=256, shortlist=16, swaps=0, final_steps=5, grow_steps=2, polish=0)
+        with pytest.raises(ValueError, match="must not shrink"):
+            pursuit.pursuit_follow(model, records, jax.random.key(0), cfg)
+        with pytest.raises(ValueError, match="pad"):
+            pursuit.pursuit_follow(model, records, jax.random.key(0), cfg, pad=0)
+
+
+def test_exchange_into_a_free_slot_equals_growing_the_buffer():
+    """A padded buffer (one free slot) and an unpadded one give the same exchange pass."""
+    with jax.enable_x64(True):
+        model, particles, X, y, grads = _case(4, seed=40)
+        cfg = pursuit.PursuitConfig(candidates=256, shortlist=32, exchange_steps=20, grow_steps=5)
+        fns = pursuit._Functions(model, cfg, jnp.asarray(model.network_coordinates()))
+        msg = pursuit._Message(fns, particles, grads, jax.random.key(1))
+        z = X.at[0].set(jnp.array([0.5, 0.5]))  # one point misplaced
+        active = jnp.ones(4)
+        loss = float(msg.all.loss(z, active))
+        plain = pursuit._exchange(msg.all, msg.sobol, msg.gram_inv, msg.offsets, z, active, loss)
+        padded = pursuit._exchange(msg.all, msg.sobol, msg.gram_inv, msg.offsets, jnp.concatenate([z, jnp.full((1, 2), 0.5)]),
+                                   jnp.array([1.0, 1.0, 1.0, 1.0, 0.0]), loss)
+    assert plain is not None and padded is not None
+    assert padded[1] < 0.9 * loss
+    np.testing.assert_allclose(padded[1], plain[1], rtol=1e-6, atol=1e-14)
+    # the same point set (a pruned point's slot takes the new one, where the unpadded buffer deletes its row)
+    assert metrics.matched_rmse(np.asarray(padded[0])[:4], np.asarray(plain[0])) < 1e-6
