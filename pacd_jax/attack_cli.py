@@ -76,6 +76,9 @@ def add_parser(sub, helpers) -> None:
                     help="L-BFGS steps after each exchange try (default %(default)s)")
     pu.add_argument("--pursuit-search-particles", type=helpers["nonneg_int"], default=pdef.search_particles,
                     help="grow, refine and exchange on the particles with the largest messages only, this many, then polish on all; 0: all (default %(default)s)")
+    pu.add_argument("--pursuit-converged-rtol", type=helpers["float"], default=None, metavar="R",
+                    help="stop each L-BFGS run once an iteration lowers the residual by less than R of itself "
+                         "(default: 1e-6 with pursuit-follow, off (fixed step counts) with pursuit)")
     pu.add_argument("--pursuit-no-widen", dest="pursuit_widen", action="store_false",
                     help="when exchanges stall on the search particles, polish instead of continuing on twice as many (default: widen)")
     dp = p.add_argument_group("defense")
@@ -130,6 +133,8 @@ def cmd_attack(args, usage_error) -> int:
             candidates=args.pursuit_candidates, grow_steps=args.pursuit_grow_steps, final_steps=args.pursuit_final_steps,
             swaps=args.pursuit_swaps, exchange_steps=args.pursuit_exchange_steps,
             search_particles=args.pursuit_search_particles or None, widen=args.pursuit_widen,
+            converged_rtol=args.pursuit_converged_rtol if args.pursuit_converged_rtol is not None
+            else (1e-6 if args.attack_mode == "pursuit-follow" else None),
         )
     prog = None
     if args.attack_mode == "progressive":

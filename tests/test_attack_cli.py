@@ -32,6 +32,7 @@ def test_attack_writes_the_documented_outputs(tmp_path):
         (["--target-client", "2"], "--target-client must be in [0, 1]"),
         (["--benchmark", "nope"], "unknown benchmark"),
         (["--restarts", "0"], "restarts"),
+        (["--rounds", "1", "--attack-mode", "pursuit-follow", "--pursuit-converged-rtol", "2"], "converged_rtol"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra, message):
@@ -78,8 +79,37 @@ def test_pursuit_mode_writes_its_options_and_stages(tmp_path):
     assert cli.main([*args, "--out", str(out)]) == 0
     doc = json.loads((out / "attack.json").read_text())
     assert doc["attack"]["mode"] == "pursuit" and doc["attack"]["candidates"] == 64 and doc["attack"]["swaps"] == 1
+    assert doc["attack"]["converged_rtol"] is None  # fixed step counts, as the README's pursuit table ran
     (entry,) = doc["rounds"]
     assert entry["m"] == 6 and len(entry["X_rec"]) == 6
     assert [name for name, _ in entry["stages"]][:2] == ["grow", "refine"]
     assert entry["loss"] == entry["stages"][-1][1] and 0.0 <= entry["loss"] <= 1.0
     assert all(0.0 <= v <= 1.0 for p in entry["X_rec"] for v in p)
+
+
+def test_pursuit_follow_mode_follows_every_round_and_scores_the_listed_ones(tmp_path):
+    out = tmp_path / "f"
+    args = ["attack", "--attack-mode", "pursuit-follow", "--rounds", "0,2", *TINY, "--iters", "3", "--pursuit-candidates", "64",
+            "--pursuit-grow-steps", "2", "--pursuit-final-steps", "3", "--pursuit-swaps", "1",
+            "--pursuit-exchange-steps", "2", "--pursuit-search-particles", "0"]
+    assert cli.main([*args, "--out", str(out)]) == 0
+    doc = json.loads((out / "attack.json").read_text())
+    assert doc["attack"]["mode"] == "pursuit-follow" and doc["attack"]["candidates"] == 64
+    assert doc["attack"]["converged_rtol"] == 1e-6  # the follow mode's default
+    assert [e["round"] for e in doc["rounds"]] == [0, 2]
+    assert [e["m"] for e in doc["rounds"]] == [5, 7] and [len(e["X_rec"]) for e in doc["rounds"]] == [5, 7]
+    first, last = doc["rounds"]
+    # round 1 was followed but not scored: its time is in the running total
+    assert last["cumulative_time_s"] >= first["cumulative_time_s"] + last["time_s"] - 1e-9
+    assert [name for name, _ in last["stages"]][0] == "grow"
+    for e in doc["rounds"]:
+        assert 0.0 <= e["loss"] <= 1.0 and e["rmse_ratio"] >= 0
+        assert all(0.0 <= v <= 1.0 for p in e["X_rec"] for v in p)
+
+
+def test_follow_needs_a_pursuit_config():
+    from pacd_jax import attack, leakage
+    from pacd_jax.config import RunConfig
+
+    with pytest.raises(ValueError, match="PursuitConfig"):
+        leakage.run_leakage(RunConfig(iters=2), 0, [1], attack.AttackConfig(), follow=True)

@@ -57,6 +57,19 @@ def test_table_footer_names_kept_rounds_and_the_cache():
     assert "BO run included" in footer and "earlier" not in footer
 
 
+def test_follow_table_adds_the_running_time():
+    now = {"command": "python now", "commit": "c2"}
+    entries = [{**_entry(r, now), "cumulative_time_s": 10.0 * r} for r in (1, 5)]
+    result = {"bo_from_cache": True, "meta": {**now, "machine": "m", "wall_time_s": 60.0},
+              "variants": {"pursuit_follow": {"rounds": entries}}}
+    lines = attack_report.pursuit_table(result, "pursuit_follow").splitlines()
+    assert lines[0] == "| round t | 1 | 5 |"
+    assert "| time since round 0 (s) | 10 | 50 |" in lines
+    # rounds attacked one at a time have no running total, and no such row
+    single = {**result, "variants": {"pursuit": {"rounds": [_entry(1, now)]}}}
+    assert not any("time since" in line for line in attack_report.pursuit_table(single).splitlines())
+
+
 def test_nn_spacing_against_a_hand_case():
     X = [[0.0, 0.0], [0.0, 0.1], [0.5, 0.5], [0.5, 0.53]]  # nearest distances 0.1, 0.1, 0.03, 0.03
     lo, q1 = attack_report.nn_spacing(X)

@@ -60,3 +60,18 @@ def test_until_converged_stops_at_a_non_finite_step_and_keeps_the_last_finite_po
 def test_default_ftol_is_scipys_in_float64_and_above_round_off_in_float32():
     assert optim.default_ftol(jnp.float64) == pytest.approx(2.220446049250313e-09)
     assert optim.default_ftol(jnp.float32) == pytest.approx(10 * np.finfo(np.float32).eps)
+
+
+def test_relative_stop_follows_an_objective_towards_zero():
+    """``floor=0``: a residual driven from 1 to round-off is not stopped by the
+    absolute scipy rule's ``ftol * 1`` once it is small, and it stops once
+    iterations no longer lower it (far before ``max_steps``)."""
+    with jax.enable_x64(True):
+        target = jnp.array([0.3, -1.2, 2.0])
+        loss = lambda x: jnp.sum((x - target) ** 2) * (1.0 + jnp.sum(x**2))
+        x0 = jnp.zeros(3)
+        absolute = optim.lbfgs_until_converged(loss, x0, 500, 1e-6)
+        relative = optim.lbfgs_until_converged(loss, x0, 500, 1e-6, floor=0.0)
+        f_abs, f_rel = float(loss(absolute.params)), float(loss(relative.params))
+    assert f_abs > 1e-12 and f_rel < 1e-20  # measured: 7e-11 after 4 steps, 0 after 8
+    assert int(relative.steps) < 500
