@@ -138,7 +138,12 @@ def main(argv=None) -> int:
     parser.add_argument("--resume", action="store_true",
                         help="keep the rounds --out already holds for a variant with the same settings (defaults included), seed and "
                              "BO precision; attack only the rest")
+    parser.add_argument("--collect-only", action="store_true",
+                        help="attack nothing: redraw the pursuit_follow figures from --out and, with --readme, put its tables in "
+                             "README.md (for a report stopped before its last round; each round is saved as it is attacked)")
     args = parser.parse_args(argv)
+    if args.collect_only:
+        return collect(args)
     rounds = tuple(int(t) for t in args.rounds.split(","))
     report_rounds = rounds
     names = args.variants.split(",")
@@ -205,7 +210,8 @@ def main(argv=None) -> int:
                 if e["round"] in report_rounds:
                     entries.append(e)
                 print(name, json.dumps(every[-1]), flush=True)
-                result["variants"][name] = {"options": FOLLOW, "config": settings, "start": "round 0, from scratch",
+                result["variants"][name] = {"options": FOLLOW, "config": settings, "pad": leakage.FOLLOW_PAD,
+                                            "accept": leakage.FOLLOW_ACCEPT, "start": "round 0, from scratch",
                                             "rounds": entries, "every_round": every}
                 save()
 
@@ -266,6 +272,24 @@ def main(argv=None) -> int:
         update_readme(result, "attack-pursuit")
     if args.readme and "pursuit_follow" in result["variants"]:
         update_readme(result, "attack-follow", "pursuit_follow")
+    return 0
+
+
+def collect(args) -> int:
+    """``--collect-only``: the figures and README tables of the variants a saved report holds."""
+    with open(args.out) as fh:
+        result = json.load(fh)
+    out_dir = Path(args.out).with_suffix("")
+    follow = result["variants"].get("pursuit_follow")
+    if follow is not None:
+        doc = {"benchmark": result["benchmark"], "target_client": result["target_client"], "dp": None, "rounds": follow["rounds"]}
+        leakage.plot_leakage([doc], out_dir / "leakage.png")
+        leakage.plot_dispersion([doc], out_dir / "dispersion_vs_round.png")
+        plot_follow(follow["every_round"], out_dir / "ratio_vs_round.png")
+        if args.readme:
+            update_readme(result, "attack-follow", "pursuit_follow")
+    if args.readme and "pursuit" in result["variants"]:
+        update_readme(result, "attack-pursuit")
     return 0
 
 
