@@ -109,3 +109,18 @@ def test_kept_rounds_need_identical_settings():
     assert attack_report.kept_rounds(previous, "pursuit", {**settings, "swaps": 40}) == {}  # a default changed
     assert attack_report.kept_rounds(previous, "paper", settings) == {}
     assert attack_report.kept_rounds(None, "pursuit", settings) == {}
+
+
+def test_collect_only_redraws_a_saved_follow_report(tmp_path):
+    """``--collect-only`` attacks nothing: it reads --out and draws the follow variant's figures."""
+    now = {"command": "python now", "commit": "c2"}
+    entries = [{**_entry(r, now), "X_rec": [[0.1, 0.2], [0.3, 0.4], [0.31, 0.4]], "chamfer": 0.01} for r in (1, 5)]
+    every = [{"round": r, "rmse_ratio": 10.0 ** -r} for r in range(6)]
+    report = {"benchmark": "branin", "target_client": 0, "meta": {**now, "machine": "m", "wall_time_s": 1.0},
+              "variants": {"pursuit_follow": {"rounds": entries, "every_round": every}}}
+    path = tmp_path / "follow.json"
+    path.write_text(json.dumps(report))
+    assert attack_report.main(["--collect-only", "--out", str(path)]) == 0
+    for name in ("leakage.png", "dispersion_vs_round.png", "ratio_vs_round.png"):
+        assert (tmp_path / "follow" / name).stat().st_size > 0
+    assert json.loads(path.read_text()) == report  # the report itself is untouched
