@@ -115,6 +115,8 @@ def test_collect_only_redraws_a_saved_follow_report(tmp_path):
     """``--collect-only`` attacks nothing: it reads --out and draws the follow variant's figures."""
     now = {"command": "python now", "commit": "c2"}
     entries = [{**_entry(r, now), "X_rec": [[0.1, 0.2], [0.3, 0.4], [0.31, 0.4]], "chamfer": 0.01} for r in (1, 5)]
+    for e in entries:
+        e["baseline"] = {**e["baseline"], "dispersion": 0.5}
     every = [{"round": r, "rmse_ratio": 10.0 ** -r} for r in range(6)]
     report = {"benchmark": "branin", "target_client": 0, "meta": {**now, "machine": "m", "wall_time_s": 1.0},
               "variants": {"pursuit_follow": {"rounds": entries, "every_round": every}}}
