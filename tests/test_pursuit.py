@@ -161,7 +161,8 @@ def test_follow_recovers_every_round_of_a_growing_data_set():
     the exchanges."""
     with jax.enable_x64(True):
         model, records, truths = _growing_records([3, 4, 5, 7])
-        cfg = pursuit.PursuitConfig(candidates=1024, shortlist=64, swaps=12, exchange_steps=50, search_particles=None)
+        cfg = pursuit.PursuitConfig(candidates=1024, shortlist=64, swaps=12, exchange_steps=50, search_particles=None,
+                                    converged_rtol=1e-6)
         seen = []
         steps = pursuit.pursuit_follow(model, records, jax.random.key(0), cfg, pad=4, on_step=seen.append)
     assert [s.round for s in steps] == [0, 1, 2, 3] and seen == steps
