@@ -153,12 +153,12 @@ def progressive_entries(
 
 
 #: pursuit_follow's buffer padding and acceptance threshold as the attack command and report use them
-FOLLOW_PAD, FOLLOW_ACCEPT = 16, 1e-16
+FOLLOW_PAD, FOLLOW_ACCEPT, FOLLOW_RETRIES = 16, 1e-16, 8
 
 
 def follow_entries(
     model, records, truths, config: pursuit.PursuitConfig, key, rng: np.random.Generator, report=None, on_round=None,
-    pad: int = FOLLOW_PAD, accept: float = FOLLOW_ACCEPT,
+    pad: int = FOLLOW_PAD, accept: float = FOLLOW_ACCEPT, retries: int = FOLLOW_RETRIES,
 ) -> list[dict]:
     """Follow consecutive records with :func:`pacd_jax.pursuit.pursuit_follow` (float64) and score them.
 
@@ -208,7 +208,7 @@ def follow_entries(
 
     with jax.enable_x64(True):
         recs64 = [r._replace(particles=np.asarray(r.particles, np.float64), grads=np.asarray(r.grads, np.float64)) for r in records]
-        pursuit.pursuit_follow(model, recs64, key, config, pad=pad, accept=accept, on_step=step)
+        pursuit.pursuit_follow(model, recs64, key, config, pad=pad, accept=accept, retries=retries, on_step=step)
     return out
 
 
@@ -281,7 +281,7 @@ def run_leakage(
         options = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(attack_config).items()}
         attack_doc = {"mode": "pursuit-follow" if follow else "pursuit", **options, "precision": "float64"}
         if follow:
-            attack_doc.update(pad=FOLLOW_PAD, accept=FOLLOW_ACCEPT)
+            attack_doc.update(pad=FOLLOW_PAD, accept=FOLLOW_ACCEPT, retries=FOLLOW_RETRIES, polish="levenberg-marquardt")
     else:
         attack_doc = {
             "mode": "paper",

@@ -202,3 +202,21 @@ def test_exchange_into_a_free_slot_equals_growing_the_buffer():
     np.testing.assert_allclose(padded[1], plain[1], rtol=1e-6, atol=1e-14)
     # the same point set (a pruned point's slot takes the new one, where the unpadded buffer deletes its row)
     assert metrics.matched_rmse(np.asarray(padded[0])[:4], np.asarray(plain[0])) < 1e-6
+
+
+def test_levenberg_marquardt_returns_to_the_truth_from_nearby():
+    """Oracle: the true points (they explain the message to round-off). From
+    the truth moved by ~1e-3, a few damped Gauss-Newton steps on the
+    variable-projection residual come back to it; 15 L-BFGS steps do not get as close."""
+    with jax.enable_x64(True):
+        model, particles, X, y, grads = _case(6, seed=50)
+        cfg = pursuit.PursuitConfig()
+        fns = pursuit._Functions(model, cfg, jnp.asarray(model.network_coordinates()))
+        msg = pursuit._Message(fns, particles, grads, jax.random.key(0))
+        z0 = jnp.concatenate([X + 1e-3 * jax.random.normal(jax.random.key(3), X.shape), jnp.full((2, 2), 0.5)])
+        active = jnp.array([1.0] * 6 + [0.0] * 2)
+        z, loss = pursuit._levenberg_marquardt(msg.all, z0, active, 30)
+        z_lbfgs = fns.short(particles, msg.target, z0, active)  # grow_steps (15) L-BFGS steps
+    assert np.all(np.asarray(z[6:]) == 0.5)  # inactive slots stay put
+    assert metrics.matched_rmse(np.asarray(z[:6]), np.asarray(X)) < 1e-8 and loss < 1e-16
+    assert metrics.matched_rmse(np.asarray(z_lbfgs[:6]), np.asarray(X)) > metrics.matched_rmse(np.asarray(z[:6]), np.asarray(X))
