@@ -130,7 +130,7 @@ def test_gradnorms_shows_a_bar_and_writes_the_chosen_format(quiet, tty, monkeypa
     assert not (tmp_path / "gradnorms.png").exists()
 
 
-def _fake_leakage(config, target, rounds, attack_config, task_factory=None, on_round=None, on_bo_round=None, progressive=None):
+def _fake_leakage(config, target, rounds, attack_config, task_factory=None, on_round=None, on_bo_round=None, progressive=None, follow=False):
     rng = np.random.default_rng(0)
     for done in range(1, config.iters + 1):
         on_bo_round(done, config.iters)
