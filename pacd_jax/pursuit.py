@@ -310,7 +310,10 @@ class _Functions:
             g = jnp.einsum("kcop,kcqp->kcoq", Bc, Bc) - jnp.einsum("kcoa,kcqa->kcoq", QtB, QtB)
             eye = jnp.eye(g.shape[-1], dtype=g.dtype)
             g = g + (1e-10 * jnp.trace(g, axis1=2, axis2=3)[..., None, None] + 1e-300) * eye
-            proj = jnp.einsum("kcop,kp->kco", Bc, resid)
+            # the residual of a ridge fit keeps a part inside the active span (along its
+            # weak directions); project it out too, or candidates next to earlier points
+            # (nearly in that span, tiny g) score that leftover instead of new signal
+            proj = jnp.einsum("kcop,kp->kco", Bc, resid) - jnp.einsum("kcoa,ka->kco", QtB, jnp.einsum("kpa,kp->ka", Q, resid))
             return jnp.sum(jnp.einsum("kco,kco->kc", proj, jnp.linalg.solve(g, proj[..., None])[..., 0]), axis=0)
 
         self.ortho_scores = ortho_scores
@@ -360,13 +363,8 @@ class _Programs:
 
 
 def _best_candidate(prog: _Programs, sobol, gram_inv, offsets, z, active, resid, J) -> Array:
-    """The next point: the shortlist of Sobol points and the active points' neighbours, orthogonally rescored."""
-    raw = np.asarray(prog.raw_scores(gram_inv, sobol, resid))
-    top = sobol[jnp.asarray(np.argsort(-raw)[: prog.config.shortlist])]
-    near = jnp.clip(z[:, None, :] + offsets[None], 1e-3, 1 - 1e-3).reshape(-1, z.shape[1])
-    near = jnp.where(jnp.repeat(active, offsets.shape[0])[:, None] > 0, near, top[:1])
-    cand = jnp.concatenate([top, near])
-    return cand[int(np.argmax(np.asarray(prog.ortho_scores(J, active, cand, resid))))]
+    """The next point: the best of :func:`_top_candidates`."""
+    return _top_candidates(prog, sobol, gram_inv, offsets, z, active, resid, J, 1)[0]
 
 
 def _levenberg_marquardt(prog: _Programs, z: Array, active: Array, iters: int) -> tuple[Array, float]:
@@ -399,13 +397,21 @@ def _levenberg_marquardt(prog: _Programs, z: Array, active: Array, iters: int) -
 
 
 def _top_candidates(prog: _Programs, sobol, gram_inv, offsets, z, active, resid, J, count: int) -> Array:
-    """The ``count`` best candidates of :func:`_best_candidate`'s search, best first."""
+    """The ``count`` best distinct candidates for the next point, best first.
+
+    The shortlist of Sobol points (by each candidate's own explained
+    residual) and the active points' neighbours, rescored with atoms
+    orthogonalised against the active ones. Neighbours clipped into the box
+    can coincide (near a corner); repeats are dropped.
+    """
     raw = np.asarray(prog.raw_scores(gram_inv, sobol, resid))
-    top = sobol[jnp.asarray(np.argsort(-raw)[: prog.config.shortlist])]
+    top = sobol[jnp.asarray(np.argsort(-raw, kind="stable")[: prog.config.shortlist])]
     near = jnp.clip(z[:, None, :] + offsets[None], 1e-3, 1 - 1e-3).reshape(-1, z.shape[1])
     near = jnp.where(jnp.repeat(active, offsets.shape[0])[:, None] > 0, near, top[:1])
-    cand = jnp.concatenate([top, near])
-    return cand[jnp.asarray(np.argsort(-np.asarray(prog.ortho_scores(J, active, cand, resid)))[:count])]
+    cand = np.asarray(jnp.concatenate([top, near]))
+    order = np.argsort(-np.asarray(prog.ortho_scores(J, active, jnp.asarray(cand), resid)), kind="stable")
+    _, first = np.unique(cand[order], axis=0, return_index=True)
+    return jnp.asarray(cand[order[np.sort(first)[:count]]], z.dtype)
 
 
 def _exchange(prog: _Programs, sobol, gram_inv, offsets, z, active, loss):
@@ -595,7 +601,8 @@ class FollowStep(NamedTuple):
 
 def pursuit_follow(
     model: MetaGP, records, key: Array, config: PursuitConfig = PursuitConfig(), pad: int = 16, accept: float = 1e-16,
-    retries: int = 8, lm_iters: int = 30, search_on_failure: bool = False, on_step=None
+    retries: int = 8, lm_iters: int = 30, search_on_failure: bool = False, accept_growth: float = 2.0, start=None,
+    on_step=None,
 ) -> list[FollowStep]:
     """Follow the target round after round with the pursuit attack (float64 advised).
 
@@ -605,8 +612,9 @@ def pursuit_follow(
     keeps the points it has, grows only the new ones from the residual and
     polishes all points on every particle's message by Levenberg-Marquardt
     (:func:`_levenberg_marquardt`). If that leaves a relative residual above
-    ``accept`` (a new point in the wrong place), it tries the ``retries``
-    next-best candidates for the new point and keeps the best; with
+    both ``accept`` and ``accept_growth`` times the previous round's (a new
+    point in the wrong place), it tries the ``retries`` next-best candidates
+    for the new point and keeps the best; with
     ``search_on_failure`` it then also refines, exchanges and polishes as
     :func:`pursuit_attack` does (an exchange can repair an earlier point; on
     the Branin run's rounds 60 and 99, started from the truth at the round
@@ -626,19 +634,34 @@ def pursuit_follow(
             truth leaves 1e-24 to 1e-20 on the Branin run's messages; at
             round 60 a new point 0.03 off the truth still left 4e-14 (close
             pairs of queries make a misplaced one cheap), hence the low default.
+        accept_growth: a round whose residual is at most this factor above
+            the previous round's is kept too. Once close pairs of queries
+            make the fit ill-conditioned, the truth's own residual sits at
+            1e-15 (Branin run, rounds 17-60, drifting up slowly); a misplaced
+            new point left 1e-10 to 1e-8 there. ``inf``: keep every round.
+        start: ``(m0, d)`` points (unit box) known before the first record,
+            e.g. a saved reconstruction to resume from; the first record is
+            then followed from them instead of attacked from scratch.
         on_step: ``on_step(FollowStep)`` after each record (progress, saving).
     """
     if not isinstance(pad, int) or pad < 1:
         raise ValueError(f"pad must be a positive integer, got {pad!r}")
     if not (np.isfinite(accept) and accept >= 0.0):
         raise ValueError(f"accept must be a non-negative number, got {accept!r}")
+    if not accept_growth >= 1.0:
+        raise ValueError(f"accept_growth must be >= 1, got {accept_growth!r}")
     if not isinstance(retries, int) or retries < 0 or not isinstance(lm_iters, int) or lm_iters < 1:
         raise ValueError(f"retries must be >= 0 and lm_iters >= 1 (integers), got {retries!r} and {lm_iters!r}")
     fns = _Functions(model, config, jnp.asarray(model.network_coordinates()))
     d = model.config.dim
-    z_prev, m_prev, out = None, 0, []
+    z_prev, m_prev, out, loss_prev = None, 0, [], np.inf
+    if start is not None:
+        z_prev = np.asarray(start, np.float64)
+        if z_prev.ndim != 2 or z_prev.shape[1] != d or not z_prev.shape[0] or not np.all(np.isfinite(z_prev)):
+            raise ValueError(f"start must be a finite (m, {d}) array with m >= 1, got shape {z_prev.shape}")
+        m_prev = z_prev.shape[0]
     for rec in records:
-        start = time.perf_counter()
+        t0 = time.perf_counter()
         particles = jnp.asarray(rec.particles)
         dtype = particles.dtype
         if not (np.all(np.isfinite(np.asarray(rec.grads))) and np.all(np.isfinite(np.asarray(particles)))):
@@ -667,25 +690,26 @@ def pursuit_follow(
             z_best, loss = _levenberg_marquardt(msg.all, z_grown, active, lm_iters)
             report("lm", loss)
             kept = 0
-            if not loss <= accept and m - m_prev == 1:
+            good = max(accept, accept_growth * loss_prev)
+            if not loss <= good and m - m_prev == 1:
                 # the new point may be in the wrong place: try the next-best candidates for it
                 _, resid, J = search.fit_grow(z, before)
                 for x in _top_candidates(search, msg.sobol, search_inv, msg.offsets, z, before, resid, J, retries + 1)[1:]:
                     z_try, loss_try = _levenberg_marquardt(msg.all, search.grow(z_grown.at[m_prev].set(x), active), active, lm_iters)
                     if loss_try < loss:
                         z_best, loss = z_try, loss_try
-                    if loss <= accept:
+                    if loss <= good:
                         break
                 report("retry", loss)
             z = z_best
-            if (search_on_failure or m - m_prev > 1) and not loss <= accept:  # the full search (refine, exchange, polish)
+            if (search_on_failure or m - m_prev > 1) and not loss <= good:  # the full search (refine, exchange, polish)
                 z, loss, kept = _search(msg, z, active, (), report)
         if not history or history[-1][0] not in ("lm", "retry"):
             z, loss = _levenberg_marquardt(msg.all, z, active, lm_iters)
             report("lm", loss)
         active = (jnp.arange(M) < m).astype(dtype)
-        z_prev, m_prev = z[np.flatnonzero(np.asarray(active) > 0)], m
-        step = FollowStep(int(rec.round), _result(msg, z, active, loss, history, kept), time.perf_counter() - start)
+        z_prev, m_prev, loss_prev = z[np.flatnonzero(np.asarray(active) > 0)], m, loss
+        step = FollowStep(int(rec.round), _result(msg, z, active, loss, history, kept), time.perf_counter() - t0)
         out.append(step)
         if on_step is not None:
             on_step(step)
