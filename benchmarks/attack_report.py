@@ -211,7 +211,8 @@ def main(argv=None) -> int:
                     entries.append(e)
                 print(name, json.dumps(every[-1]), flush=True)
                 result["variants"][name] = {"options": FOLLOW, "config": settings, "pad": leakage.FOLLOW_PAD,
-                                            "accept": leakage.FOLLOW_ACCEPT, "retries": leakage.FOLLOW_RETRIES,
+                                            "accept": leakage.FOLLOW_ACCEPT, "accept_growth": leakage.FOLLOW_ACCEPT_GROWTH,
+                                            "retries": leakage.FOLLOW_RETRIES,
                                             "polish": "levenberg-marquardt", "start": "round 0, from scratch",
                                             "rounds": entries, "every_round": every}
                 save()

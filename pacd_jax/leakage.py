@@ -95,6 +95,54 @@ def attack_record(
     }
 
 
+class _RoundScorer:
+    """Scores the rounds a round-by-round attacker reports: ``attack.json`` entries with the set metrics and both baselines.
+
+    ``__call__(round, X, loss, time_s, **extra)`` adds this round's time to
+    the running total and, if the round is wanted, appends its entry (with
+    ``extra``) to ``entries`` and passes it to ``on_round``.
+    """
+
+    PICK = ("matched_rmse", "chamfer", "recall_at_r", "precision_at_r", "dispersion")
+
+    def __init__(self, records, truths, rng: np.random.Generator, report=None, on_round=None):
+        self.truth_of = {rec.round: t for rec, t in zip(records, truths)}
+        self.wanted = None if report is None else set(int(t) for t in report)
+        self.rng, self.on_round = rng, on_round
+        self.entries, self.total = [], 0.0
+
+    def __call__(self, round_, X, loss: float, time_s: float, **extra):
+        self.total += time_s
+        if self.wanted is not None and round_ not in self.wanted:
+            return
+        truth = self.truth_of[round_]
+        scores = metrics.reconstruction_scores(X, truth.X)
+        uniform = metrics.no_information_baseline(truth.X, self.rng, "uniform")
+        init = metrics.no_information_baseline(truth.X, self.rng, "init")
+        entry = {
+            "round": int(round_),
+            "m": int(len(X)),
+            "loss": float(loss),
+            **scores,
+            "baseline": {k: uniform[k] for k in self.PICK},
+            "baseline_init": {k: init[k] for k in self.PICK},
+            "rmse_ratio": scores["matched_rmse"] / uniform["matched_rmse"],
+            "true_dispersion": metrics.dispersion(truth.X),
+            **extra,
+            "time_s": float(time_s),
+            "cumulative_time_s": float(self.total),
+            "X_true": truth.X.tolist(),
+            "X_rec": np.asarray(X).tolist(),
+        }
+        self.entries.append(entry)
+        if self.on_round is not None:
+            self.on_round(entry)
+
+
+def _float64_records(records) -> list:
+    return [r._replace(particles=np.asarray(r.particles, np.float64), grads=np.asarray(r.grads, np.float64)) for r in records]
+
+
 def progressive_entries(
     model, records, truths, pconfig: attack.ProgressiveConfig, key, rng: np.random.Generator, report=None, on_round=None, initial=None
 ) -> list[dict]:
@@ -112,53 +160,25 @@ def progressive_entries(
         attacker's time from the first round up to this one; ``time_s`` is
         this round's share).
     """
-    truth_of = {rec.round: t for rec, t in zip(records, truths)}
-    wanted = None if report is None else set(int(t) for t in report)
-    out, total = [], [0.0]
-    pick = ("matched_rmse", "chamfer", "recall_at_r", "precision_at_r", "dispersion")
+    score = _RoundScorer(records, truths, rng, report, on_round)
 
     def step(s):
-        total[0] += s.time_s
-        if wanted is not None and s.round not in wanted:
-            return
-        truth = truth_of[s.round]
-        scores = metrics.reconstruction_scores(s.X, truth.X)
-        uniform = metrics.no_information_baseline(truth.X, rng, "uniform")
-        init = metrics.no_information_baseline(truth.X, rng, "init")
-        entry = {
-            "round": int(s.round),
-            "m": int(len(s.X)),
-            "loss": float(s.loss),
-            "rel_loss": float(s.rel_loss),
-            "tries": int(s.tries),
-            **scores,
-            "baseline": {k: uniform[k] for k in pick},
-            "baseline_init": {k: init[k] for k in pick},
-            "rmse_ratio": scores["matched_rmse"] / uniform["matched_rmse"],
-            "true_dispersion": metrics.dispersion(truth.X),
-            "restart_losses": [float(v) if np.isfinite(v) else None for v in np.ravel(s.search_losses)],
-            "time_s": float(s.time_s),
-            "cumulative_time_s": float(total[0]),
-            "X_true": truth.X.tolist(),
-            "X_rec": s.X.tolist(),
-        }
-        out.append(entry)
-        if on_round is not None:
-            on_round(entry)
+        score(s.round, s.X, s.loss, s.time_s, rel_loss=float(s.rel_loss), tries=int(s.tries),
+              restart_losses=[float(v) if np.isfinite(v) else None for v in np.ravel(s.search_losses)])
 
     with jax.enable_x64(True):
-        recs64 = [r._replace(particles=np.asarray(r.particles, np.float64), grads=np.asarray(r.grads, np.float64)) for r in records]
-        attack.progressive_attack(model, recs64, key, pconfig, on_step=step, initial=initial)
-    return out
+        attack.progressive_attack(model, _float64_records(records), key, pconfig, on_step=step, initial=initial)
+    return score.entries
 
 
-#: pursuit_follow's buffer padding and acceptance threshold as the attack command and report use them
-FOLLOW_PAD, FOLLOW_ACCEPT, FOLLOW_RETRIES = 16, 1e-16, 8
+#: pursuit_follow's buffer padding, acceptance thresholds and retries as the attack command and report use them
+FOLLOW_PAD, FOLLOW_ACCEPT, FOLLOW_ACCEPT_GROWTH, FOLLOW_RETRIES = 16, 1e-16, 2.0, 8
 
 
 def follow_entries(
     model, records, truths, config: pursuit.PursuitConfig, key, rng: np.random.Generator, report=None, on_round=None,
     pad: int = FOLLOW_PAD, accept: float = FOLLOW_ACCEPT, retries: int = FOLLOW_RETRIES,
+    accept_growth: float = FOLLOW_ACCEPT_GROWTH,
 ) -> list[dict]:
     """Follow consecutive records with :func:`pacd_jax.pursuit.pursuit_follow` (float64) and score them.
 
@@ -172,44 +192,17 @@ def follow_entries(
         ``cumulative_time_s`` (the attacker's time from the first round up to
         this one; ``time_s`` is this round's share).
     """
-    truth_of = {rec.round: t for rec, t in zip(records, truths)}
-    wanted = None if report is None else set(int(t) for t in report)
-    out, total = [], [0.0]
-    pick = ("matched_rmse", "chamfer", "recall_at_r", "precision_at_r", "dispersion")
+    score = _RoundScorer(records, truths, rng, report, on_round)
 
     def step(s):
-        total[0] += s.time_s
-        if wanted is not None and s.round not in wanted:
-            return
-        truth, res = truth_of[s.round], s.result
-        scores = metrics.reconstruction_scores(res.X, truth.X)
-        uniform = metrics.no_information_baseline(truth.X, rng, "uniform")
-        init = metrics.no_information_baseline(truth.X, rng, "init")
-        entry = {
-            "round": int(s.round),
-            "m": int(len(res.X)),
-            "loss": float(res.loss),
-            **scores,
-            "baseline": {k: uniform[k] for k in pick},
-            "baseline_init": {k: init[k] for k in pick},
-            "rmse_ratio": scores["matched_rmse"] / uniform["matched_rmse"],
-            "true_dispersion": metrics.dispersion(truth.X),
-            "restart_losses": [float(res.loss)],
-            "stages": [[name, value] for name, value in res.history],
-            "swaps": int(res.swaps),
-            "time_s": float(s.time_s),
-            "cumulative_time_s": float(total[0]),
-            "X_true": truth.X.tolist(),
-            "X_rec": res.X.tolist(),
-        }
-        out.append(entry)
-        if on_round is not None:
-            on_round(entry)
+        res = s.result
+        score(s.round, res.X, res.loss, s.time_s, restart_losses=[float(res.loss)],
+              stages=[[name, value] for name, value in res.history], swaps=int(res.swaps))
 
     with jax.enable_x64(True):
-        recs64 = [r._replace(particles=np.asarray(r.particles, np.float64), grads=np.asarray(r.grads, np.float64)) for r in records]
-        pursuit.pursuit_follow(model, recs64, key, config, pad=pad, accept=accept, retries=retries, on_step=step)
-    return out
+        pursuit.pursuit_follow(model, _float64_records(records), key, config, pad=pad, accept=accept, retries=retries,
+                               accept_growth=accept_growth, on_step=step)
+    return score.entries
 
 
 def run_leakage(
@@ -281,7 +274,7 @@ def run_leakage(
         options = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(attack_config).items()}
         attack_doc = {"mode": "pursuit-follow" if follow else "pursuit", **options, "precision": "float64"}
         if follow:
-            attack_doc.update(pad=FOLLOW_PAD, accept=FOLLOW_ACCEPT, retries=FOLLOW_RETRIES, polish="levenberg-marquardt")
+            attack_doc.update(pad=FOLLOW_PAD, accept=FOLLOW_ACCEPT, accept_growth=FOLLOW_ACCEPT_GROWTH, retries=FOLLOW_RETRIES, polish="levenberg-marquardt")
     else:
         attack_doc = {
             "mode": "paper",
