@@ -302,9 +302,11 @@ class _Functions:
             # residual explained by a candidate's atoms after projecting out the active atoms
             K = J_active.shape[0]
             A = (J_active * active[None, :, None, None]).reshape(K, -1, J_active.shape[-1])
-            Q, R = jnp.linalg.qr(jnp.swapaxes(A, 1, 2))
-            diag = jnp.abs(jnp.diagonal(R, axis1=1, axis2=2))
-            Q = Q * (diag > 1e-10 * jnp.max(diag, axis=1, keepdims=True))[:, None, :]
+            # an orthonormal basis of the active span by SVD: a pivot-free QR truncated
+            # on its diagonal would drop real directions (after an empty slot, or a
+            # near-repeat point) that later columns lean on
+            Q, sv, _ = jnp.linalg.svd(jnp.swapaxes(A, 1, 2), full_matrices=False)
+            Q = Q * (sv > 1e-10 * sv[:, :1])[:, None, :]
             Bc = atoms(model, particles, cand, coords)
             QtB = jnp.einsum("kpa,kcop->kcoa", Q, Bc)
             g = jnp.einsum("kcop,kcqp->kcoq", Bc, Bc) - jnp.einsum("kcoa,kcqa->kcoq", QtB, QtB)

@@ -220,3 +220,71 @@ def test_levenberg_marquardt_returns_to_the_truth_from_nearby():
     assert np.all(np.asarray(z[6:]) == 0.5)  # inactive slots stay put
     assert metrics.matched_rmse(np.asarray(z[:6]), np.asarray(X)) < 1e-8 and loss < 1e-16
     assert metrics.matched_rmse(np.asarray(z_lbfgs[:6]), np.asarray(X)) > metrics.matched_rmse(np.asarray(z[:6]), np.asarray(X))
+
+
+def test_ortho_scores_equal_the_projection_onto_the_new_atoms_outside_the_active_span():
+    """Oracle (numpy least squares in float64): a candidate's score is the part
+    of the residual its atoms explain once the active atoms are projected out,
+    summed over particles. The residual here has a part inside the active
+    span (as a ridge fit leaves): it must not count, or candidates whose
+    atoms nearly lie in that span (next to an earlier point) win on it."""
+    with jax.enable_x64(True):
+        model, particles, X, y, grads = _case(5, seed=50)
+        cfg = pursuit.PursuitConfig(candidates=64, shortlist=8)
+        coords = jnp.asarray(model.network_coordinates())
+        fns = pursuit._Functions(model, cfg, coords)
+        J = pursuit.atoms(model, particles, X, coords)
+        active = jnp.array([1.0, 1.0, 1.0, 0.0, 1.0])
+        resid = jax.random.normal(jax.random.key(3), grads[:, coords].shape, jnp.float64)
+        resid = resid + 10.0 * jnp.einsum("kop,o->kp", J[:, 0], jnp.ones(J.shape[2]))  # a part inside the active span
+        cand = jnp.concatenate([X[3:4], X[:1] + 1e-3, jnp.array([[0.2, 0.7]])])
+        got = np.asarray(fns.ortho_scores(particles, J, active, cand, resid))
+        Jn, rn, Bn = np.asarray(J), np.asarray(resid), np.asarray(pursuit.atoms(model, particles, cand, coords))
+    want = np.zeros(len(cand))
+    for k in range(Jn.shape[0]):
+        A = Jn[k][np.asarray(active) > 0].reshape(-1, Jn.shape[-1]).T  # (P, active atoms)
+        for c in range(len(cand)):
+            Bc = Bn[k, c].T
+            Bp = Bc - A @ np.linalg.lstsq(A, Bc, rcond=None)[0]
+            want[c] += np.sum((Bp @ np.linalg.lstsq(Bp, rn[k], rcond=None)[0]) ** 2)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert np.all(got <= np.sum(rn**2) * (1 + 1e-9))  # a score never exceeds the residual
+
+
+def test_top_candidates_are_distinct_and_best_first():
+    with jax.enable_x64(True):
+        model, particles, X, y, grads = _case(4, seed=60)
+        cfg = pursuit.PursuitConfig(candidates=128, shortlist=16, radii=(0.004, 0.015))
+        fns = pursuit._Functions(model, cfg, jnp.asarray(model.network_coordinates()))
+        msg = pursuit._Message(fns, particles, grads, jax.random.key(2))
+        # an earlier point in a corner: its clipped neighbours coincide
+        z = jnp.concatenate([X[:3].at[0].set(jnp.array([1.0, 0.0])), jnp.full((1, 2), 0.5)])
+        active = jnp.array([1.0, 1.0, 1.0, 0.0])
+        _, resid, J = msg.all.fit_grow(z, active)
+        top = np.asarray(pursuit._top_candidates(msg.all, msg.sobol, msg.gram_inv, msg.offsets, z, active, resid, J, 40))
+        scores = np.asarray(msg.all.ortho_scores(J, active, jnp.asarray(top), resid))
+        best = np.asarray(pursuit._best_candidate(msg.all, msg.sobol, msg.gram_inv, msg.offsets, z, active, resid, J))
+    assert len(np.unique(top, axis=0)) == len(top) == 40
+    assert np.all(np.diff(scores) <= 1e-12 * scores[0])
+    np.testing.assert_array_equal(best, top[0])
+
+
+def test_follow_resumes_from_known_points_and_validates_its_options():
+    """Resuming at round 2 from round 1's true points gives round 2 and 3 as
+    following from round 0 does (to 1e-4); bad start points, accept_growth
+    below 1 are rejected with a clear error."""
+    with jax.enable_x64(True):
+        model, records, truths = _growing_records([3, 4, 5, 6])
+        cfg = pursuit.PursuitConfig(candidates=1024, shortlist=64, swaps=12, exchange_steps=50, search_particles=None,
+                                    converged_rtol=1e-6)
+        steps = pursuit.pursuit_follow(model, records[2:], jax.random.key(0), cfg, pad=4, start=truths[1])
+        assert [s.round for s in steps] == [2, 3]
+        assert [name for name, _ in steps[0].result.history][0] == "grow"  # no search from scratch
+        for s, X in zip(steps, truths[2:]):
+            assert metrics.matched_rmse(s.result.X, X) < 1e-4
+        with pytest.raises(ValueError, match="start"):
+            pursuit.pursuit_follow(model, records[2:], jax.random.key(0), cfg, start=np.zeros((4, 3)))
+        with pytest.raises(ValueError, match="shrink"):  # more start points than the first record has
+            pursuit.pursuit_follow(model, records[2:], jax.random.key(0), cfg, start=truths[3])
+        with pytest.raises(ValueError, match="accept_growth"):
+            pursuit.pursuit_follow(model, records, jax.random.key(0), cfg, accept_growth=0.5)
