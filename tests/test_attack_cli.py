@@ -33,6 +33,8 @@ def test_attack_writes_the_documented_outputs(tmp_path):
         (["--benchmark", "nope"], "unknown benchmark"),
         (["--restarts", "0"], "restarts"),
         (["--rounds", "1", "--attack-mode", "pursuit-follow", "--pursuit-converged-rtol", "2"], "converged_rtol"),
+        (["--rounds", "1", "--attack-mode", "pursuit", "--pursuit-shortlist", "-1"], "pursuit-shortlist"),
+        (["--rounds", "1", "--attack-mode", "pursuit", "--pursuit-faces", "x"], "pursuit-faces"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra, message):
@@ -80,6 +82,7 @@ def test_pursuit_mode_writes_its_options_and_stages(tmp_path):
     doc = json.loads((out / "attack.json").read_text())
     assert doc["attack"]["mode"] == "pursuit" and doc["attack"]["candidates"] == 64 and doc["attack"]["swaps"] == 1
     assert doc["attack"]["converged_rtol"] is None  # fixed step counts, as the README's pursuit table ran
+    assert doc["attack"]["shortlist"] == 256 and doc["attack"]["faces"] == 512  # the pursuit mode's defaults
     (entry,) = doc["rounds"]
     assert entry["m"] == 6 and len(entry["X_rec"]) == 6
     assert [name for name, _ in entry["stages"]][:2] == ["grow", "refine"]
@@ -96,6 +99,8 @@ def test_pursuit_follow_mode_follows_every_round_and_scores_the_listed_ones(tmp_
     doc = json.loads((out / "attack.json").read_text())
     assert doc["attack"]["mode"] == "pursuit-follow" and doc["attack"]["candidates"] == 64
     assert doc["attack"]["converged_rtol"] == 1e-6  # the follow mode's default
+    assert doc["attack"]["shortlist"] is None  # every candidate rescored
+    assert doc["attack"]["accept_growth"] == 2.0
     assert [e["round"] for e in doc["rounds"]] == [0, 2]
     assert [e["m"] for e in doc["rounds"]] == [5, 7] and [len(e["X_rec"]) for e in doc["rounds"]] == [5, 7]
     first, last = doc["rounds"]
