@@ -78,7 +78,7 @@ PROGRESSIVE = dict(first=dict(restarts=64, steps=300, init="uniform", bounded=Tr
 
 
 #: the follow attacker's options (pacd_jax.pursuit.pursuit_follow; PursuitConfig defaults otherwise)
-FOLLOW = dict(converged_rtol=1e-6, shortlist=None)
+FOLLOW = dict(converged_rtol=1e-6)
 
 
 def progressive_config(opts=PROGRESSIVE) -> attack.ProgressiveConfig:

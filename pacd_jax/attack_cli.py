@@ -79,9 +79,8 @@ def add_parser(sub, helpers) -> None:
     pu.add_argument("--pursuit-converged-rtol", type=helpers["float"], default=None, metavar="R",
                     help="stop each L-BFGS run once an iteration lowers the residual by less than R of itself "
                          "(default: 1e-6 with pursuit-follow, off (fixed step counts) with pursuit)")
-    pu.add_argument("--pursuit-shortlist", type=helpers["nonneg_int"], default=None, metavar="N",
-                    help="rescore only the N box candidates whose own atoms fit the residual best; 0: rescore all "
-                         f"(default: all with pursuit-follow, {pdef.shortlist} with pursuit)")
+    pu.add_argument("--pursuit-shortlist", type=helpers["nonneg_int"], default=0, metavar="N",
+                    help="score orthogonally only the N box candidates whose own atoms fit the residual best; 0: all (default 0)")
     pu.add_argument("--pursuit-faces", type=helpers["nonneg_int"], default=pdef.faces,
                     help="candidates on each face of the box (and its corners; 0: none) (default %(default)s)")
     pu.add_argument("--pursuit-no-widen", dest="pursuit_widen", action="store_false",
@@ -140,8 +139,7 @@ def cmd_attack(args, usage_error) -> int:
             search_particles=args.pursuit_search_particles or None, widen=args.pursuit_widen,
             converged_rtol=args.pursuit_converged_rtol if args.pursuit_converged_rtol is not None
             else (1e-6 if args.attack_mode == "pursuit-follow" else None),
-            shortlist=(args.pursuit_shortlist or None) if args.pursuit_shortlist is not None
-            else (None if args.attack_mode == "pursuit-follow" else pursuit.PursuitConfig().shortlist),
+            shortlist=args.pursuit_shortlist or None,
             faces=args.pursuit_faces,
         )
     prog = None

@@ -82,7 +82,7 @@ def test_pursuit_mode_writes_its_options_and_stages(tmp_path):
     doc = json.loads((out / "attack.json").read_text())
     assert doc["attack"]["mode"] == "pursuit" and doc["attack"]["candidates"] == 64 and doc["attack"]["swaps"] == 1
     assert doc["attack"]["converged_rtol"] is None  # fixed step counts, as the README's pursuit table ran
-    assert doc["attack"]["shortlist"] == 256 and doc["attack"]["faces"] == 512  # the pursuit mode's defaults
+    assert doc["attack"]["shortlist"] is None and doc["attack"]["faces"] == 512  # every candidate scored, faces too
     (entry,) = doc["rounds"]
     assert entry["m"] == 6 and len(entry["X_rec"]) == 6
     assert [name for name, _ in entry["stages"]][:2] == ["grow", "refine"]

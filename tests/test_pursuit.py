@@ -92,8 +92,7 @@ def test_recovers_a_small_known_case(m, search_particles):
         model, particles, X, y, grads = _case(m, seed=10 + m)
         # (6, 2): on two of the three particles the exchanges can stall on a wrong
         # set (they do without XLA's CI flags); widening to all three recovers it
-        cfg = pursuit.PursuitConfig(candidates=1024, shortlist=64, swaps=12, exchange_steps=50,
-                                    search_particles=search_particles)
+        cfg = pursuit.PursuitConfig(candidates=1024, swaps=12, exchange_steps=50, search_particles=search_particles)
         res = pursuit.pursuit_attack(model, particles, grads, m, jax.random.key(0), cfg)
         assert res.X.shape == (m, 2) and res.y.shape == (m,)
         assert metrics.matched_rmse(res.X, np.asarray(X)) < 1e-4
