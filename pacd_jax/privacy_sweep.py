@@ -544,8 +544,9 @@ def attack_config_from_args(args):
 
     if getattr(args, "attack_mode", "paper") == "pursuit":
         kw = {dest.removeprefix("pursuit_"): getattr(args, dest) for dest in args.pursuit_dests}
-        if kw.get("search_particles") == 0:  # the option's "all"
-            kw["search_particles"] = None
+        for name in ("search_particles", "shortlist"):
+            if kw.get(name) == 0:  # the options' "all"
+                kw[name] = None
         fields = {f.name for f in dataclasses.fields(pursuit.PursuitConfig)}
         unknown = set(kw) - fields
         if unknown:
