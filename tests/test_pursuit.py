@@ -287,3 +287,27 @@ def test_follow_resumes_from_known_points_and_validates_its_options():
             pursuit.pursuit_follow(model, records[2:], jax.random.key(0), cfg, start=truths[3])
         with pytest.raises(ValueError, match="accept_growth"):
             pursuit.pursuit_follow(model, records, jax.random.key(0), cfg, accept_growth=0.5)
+
+
+def test_ridge_fit_by_qr_equals_a_stacked_least_squares_oracle():
+    """``fit_coefficients`` (QR of the atoms stacked over the ridge) against
+    numpy's least squares on the same stacked system, with a close pair of
+    points (ill-conditioned atoms) and an empty slot."""
+    with jax.enable_x64(True):
+        model, particles, X, y, grads = _case(5, seed=70)
+        coords = jnp.asarray(model.network_coordinates())
+        X = X.at[1].set(X[0] + 1e-4)  # a close pair
+        J = pursuit.atoms(model, particles, X, coords)
+        target = grads[:, coords]
+        active = jnp.array([1.0, 1.0, 1.0, 0.0, 1.0])
+        for ridge in (1e-9, 1e-20):
+            c, resid = pursuit.fit_coefficients(J, target, active, ridge)
+            Jn, tn = np.asarray(J), np.asarray(target)
+            for k in range(Jn.shape[0]):
+                B = (Jn[k] * np.asarray(active)[:, None, None]).reshape(-1, Jn.shape[-1])
+                lam = ridge * np.sum(B * B) / (4 * Jn.shape[2])
+                A = np.concatenate([B.T, np.sqrt(lam) * np.eye(B.shape[0])])
+                want = np.linalg.lstsq(A, np.concatenate([tn[k], np.zeros(B.shape[0])]), rcond=None)[0]
+                np.testing.assert_allclose(np.asarray(c[k]).ravel(), want, atol=1e-6 * np.abs(want).max())
+                np.testing.assert_allclose(np.asarray(resid[k]), tn[k] - B.T @ want, atol=1e-9 * np.abs(tn[k]).max())
+            assert np.all(np.asarray(c)[:, 3] == 0.0)  # the empty slot
