@@ -287,6 +287,8 @@ def test_follow_resumes_from_known_points_and_validates_its_options():
             pursuit.pursuit_follow(model, records[2:], jax.random.key(0), cfg, start=truths[3])
         with pytest.raises(ValueError, match="accept_growth"):
             pursuit.pursuit_follow(model, records, jax.random.key(0), cfg, accept_growth=0.5)
+        with pytest.raises(ValueError, match="lm_floor"):
+            pursuit.pursuit_follow(model, records, jax.random.key(0), cfg, lm_floor=-1.0)
 
 
 def test_ridge_fit_by_qr_equals_a_stacked_least_squares_oracle():
