@@ -14,9 +14,10 @@ fit, and the points alone are unknown (variable projection). The attack
 finds them as sparse recovery does (an ADCG-style greedy pursuit):
 
 1. grow: ``m`` times, add the candidate point whose atoms explain most of
-   the residual (scored on a Sobol set of the box and next to the points
-   found so far, with the atoms orthogonalised against those already in,
-   so that a second point in a cluster scores as it should), then move all
+   the residual (scored on a Sobol set of the box, its faces and corners,
+   and next to the points found so far, with the atoms and the residual
+   orthogonalised against those already in, so that a second point in a
+   cluster scores as it should), then move all
    points found so far a few L-BFGS steps down the projected residual;
 2. refine all points (more L-BFGS steps);
 3. swap: drop the point that explains least, search again, keep the change
@@ -29,6 +30,12 @@ than there are unknowns, and they cost in proportion to the particles used.
 When the exchanges stall on those, they go on with twice as many particles
 (``PursuitConfig.widen``): a point set that fits two particles' messages can
 still be wrong, and the other particles' messages tell.
+
+The least-squares fits are by QR of the atoms stacked over a small ridge
+(:func:`_ridge_qr`), which keeps the residual accurate when close pairs of
+queries make the atoms nearly dependent. :func:`pursuit_follow` follows a
+target round after round, adding one point per round and polishing all by
+Levenberg-Marquardt.
 
 This uses no random restarts and never optimises y: once the points are
 found, ``y`` follows from the fitted ``alpha``: ``y = m_k(X) + K_k(X) alpha_k``,
