@@ -702,8 +702,7 @@ def pursuit_follow(
     always get it). Every round ends with Levenberg-Marquardt on all particles
     (at most ``lm_iters`` Jacobians; it stops sooner once it gains under
     0.1 % a step or reaches ``lm_floor``, so a large budget only costs where
-    a start converges slowly: with 30, the Branin run's round 33 stopped at
-    1.6e-11 from one start that, given more steps, reaches round-off). Point buffers
+    a start converges slowly). Point buffers
     are padded to multiples of ``pad`` rows (with a free row for the
     exchanges), so one compiled program per size serves many rounds.
 
