@@ -249,11 +249,16 @@ def fit_coefficients(J: Array, target: Array, active: Array, ridge: float) -> tu
         ``(c (K, M, O), residual (K, P_net))``; inactive slots get ``c = 0``.
     """
     K, M, O, _ = J.shape
+    c, resid, _ = _ridge_fit(J, target, active, ridge)
+    return c.reshape(K, M, O), resid
+
+
+def _ridge_fit(J: Array, target: Array, active: Array, ridge: float) -> tuple[Array, Array, Array]:
+    """``(c (K, M O), residual (K, P_net), Q1)``: the fit of :func:`fit_coefficients` and the basis it used."""
     _, Q1, R = _ridge_qr(J, active, ridge)
     qt = jnp.einsum("kpa,kp->ka", Q1, target)
     c = jax.scipy.linalg.solve_triangular(R, qt[..., None], lower=False)[..., 0]
-    resid = target - jnp.einsum("kpa,ka->kp", Q1, qt)
-    return c.reshape(K, M, O), resid
+    return c, target - jnp.einsum("kpa,ka->kp", Q1, qt), Q1
 
 
 def removal_costs(J: Array, target: Array, active: Array, ridge: float) -> Array:
@@ -395,10 +400,7 @@ class _Functions:
             J = atoms(model, particles, z, coords)
             K, M, O, _ = J.shape
             d = z.shape[1]
-            _, Q1, R = _ridge_qr(J, active, config.ridge_lm)
-            qt = jnp.einsum("kpa,kp->ka", Q1, target)
-            c = jax.scipy.linalg.solve_triangular(R, qt[..., None], lower=False)[..., 0]
-            r = target - jnp.einsum("kpa,ka->kp", Q1, qt)
+            c, r, Q1 = _ridge_fit(J, target, active, config.ridge_lm)
             dJ = jax.vmap(jax.vmap(jax.jacfwd(point_atoms, argnums=1), (None, 0)), (0, None))(particles, z)  # (K, M, O, P, d)
             v = jnp.einsum("kmopd,kmo->kmdp", dJ, c.reshape(K, M, O)) * active[None, :, None, None]
             v = v.reshape(K, M * d, -1)
