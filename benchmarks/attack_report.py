@@ -22,7 +22,8 @@ README.md between the ``attack-pursuit`` markers:
 A pursuit attack at round 99 takes over half an hour here: ``--cache FILE``
 keeps the BO run between invocations and ``--resume`` keeps the rounds an
 interrupted report already attacked (with the same settings), so rerunning
-the same command goes on where it stopped.
+the same command goes on where it stopped. For ``pursuit_follow`` it goes on
+from the last round whose reconstruction was saved (every round's is).
 
 The ``pursuit_follow`` variant (:func:`pacd_jax.pursuit.pursuit_follow`)
 is the pursuit attack following the target from round 0 to the last listed
@@ -202,22 +203,28 @@ def main(argv=None) -> int:
             # the coordinator follows the target from round 0 (5 points) with the pursuit attack; every round is scored
             cfg = pursuit.PursuitConfig(**FOLLOW)
             settings = json.loads(json.dumps(dataclasses.asdict(cfg)))
-            entries, every = [], []
             brief = ("round", "m", "loss", "matched_rmse", "rmse_ratio", "recall_at_r", "precision_at_r", "swaps", "time_s", "cumulative_time_s")
+            header = {"options": FOLLOW, "config": settings, "pad": leakage.FOLLOW_PAD, "accept": leakage.FOLLOW_ACCEPT,
+                      "accept_growth": leakage.FOLLOW_ACCEPT_GROWTH, "retries": leakage.FOLLOW_RETRIES,
+                      "polish": "levenberg-marquardt", "start": "round 0, from scratch"}
+            entries, every, resume_from, elapsed = follow_resume_point(previous, name, header) if args.resume else ([], [], None, 0.0)
+            if resume_from is not None:
+                header["resumed_after_round"] = every[-1]["round"]
 
             def keep_follow(e):
-                every.append({**{k: e[k] for k in brief}, "baseline_rmse": e["baseline"]["matched_rmse"], "nn_spacing": nn_spacing(e["X_true"])})
+                every.append({**{k: e[k] for k in brief}, "baseline_rmse": e["baseline"]["matched_rmse"], "nn_spacing": nn_spacing(e["X_true"]),
+                              "X_rec": e["X_rec"]})
                 if e["round"] in report_rounds:
-                    entries.append(e)
-                print(name, json.dumps(every[-1]), flush=True)
-                result["variants"][name] = {"options": FOLLOW, "config": settings, "pad": leakage.FOLLOW_PAD,
-                                            "accept": leakage.FOLLOW_ACCEPT, "accept_growth": leakage.FOLLOW_ACCEPT_GROWTH,
-                                            "retries": leakage.FOLLOW_RETRIES,
-                                            "polish": "levenberg-marquardt", "start": "round 0, from scratch",
-                                            "rounds": entries, "every_round": every}
+                    entries.append({**e, "attacked_by": {"command": command("benchmarks/attack_report.py", argv), "commit": commit()}})
+                print(name, json.dumps({k: v for k, v in every[-1].items() if k != "X_rec"}), flush=True)
+                result["variants"][name] = {**header, "rounds": entries, "every_round": every}
                 save()
 
-            leakage.follow_entries(model, records, truths, cfg, jax.random.key(args.seed), np.random.default_rng(args.seed), None, keep_follow)
+            result["variants"][name] = {**header, "rounds": entries, "every_round": every}
+            todo = [(r, t) for r, t in zip(records, truths) if not every or r.round > every[-1]["round"]]
+            if todo:
+                leakage.follow_entries(model, [r for r, _ in todo], [t for _, t in todo], cfg, jax.random.key(args.seed), args.seed,
+                                       None, keep_follow, start=resume_from, elapsed=elapsed)
             save()
             doc = {"benchmark": "branin", "target_client": 0, "dp": None, "rounds": entries}
             leakage.plot_leakage([doc], out_dir / "leakage.png")
@@ -304,6 +311,30 @@ def resumable(path, result: dict) -> dict | None:
         return None
     same = all(previous.get(k) == result[k] for k in ("benchmark", "target_client", "seed", "bo_precision"))
     return previous if same and "meta" in previous else None
+
+
+def follow_resume_point(previous: dict | None, name: str, header: dict):
+    """Where an interrupted follow report goes on: ``(report entries, every-round entries, points, attacker time)``.
+
+    The last round of ``previous`` (same follow settings, rounds 0.. without
+    a gap) whose reconstruction was saved: the rounds up to it are kept (each
+    report entry names the run that attacked it), the follow restarts from its
+    points. Nothing to resume: ``([], [], None, 0.0)``.
+    """
+    prior = None if previous is None else previous["variants"].get(name)
+    if prior is None or any(prior.get(k) != v for k, v in header.items() if k != "start"):
+        return [], [], None, 0.0
+    saved = {e["round"]: e["X_rec"] for e in prior["rounds"]}
+    saved.update({e["round"]: e["X_rec"] for e in prior["every_round"] if "X_rec" in e})
+    rounds = [e["round"] for e in prior["every_round"]]
+    contiguous = [t for i, t in enumerate(rounds) if rounds[: i + 1] == list(range(i + 1))]
+    ready = [t for t in contiguous if t in saved]
+    if not ready:
+        return [], [], None, 0.0
+    last = ready[-1]
+    every = [e for e in prior["every_round"] if e["round"] <= last]
+    entries = [{**e, "attacked_by": attacked_by(e, previous["meta"])} for e in prior["rounds"] if e["round"] <= last]
+    return entries, every, saved[last], every[-1]["cumulative_time_s"]
 
 
 def nn_spacing(X) -> tuple[float, float]:

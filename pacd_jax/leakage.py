@@ -105,11 +105,11 @@ class _RoundScorer:
 
     PICK = ("matched_rmse", "chamfer", "recall_at_r", "precision_at_r", "dispersion")
 
-    def __init__(self, records, truths, rng: np.random.Generator, report=None, on_round=None):
+    def __init__(self, records, truths, rng: np.random.Generator | int, report=None, on_round=None, elapsed: float = 0.0):
         self.truth_of = {rec.round: t for rec, t in zip(records, truths)}
         self.wanted = None if report is None else set(int(t) for t in report)
         self.rng, self.on_round = rng, on_round
-        self.entries, self.total = [], 0.0
+        self.entries, self.total = [], float(elapsed)
 
     def __call__(self, round_, X, loss: float, time_s: float, **extra):
         self.total += time_s
@@ -117,8 +117,10 @@ class _RoundScorer:
             return
         truth = self.truth_of[round_]
         scores = metrics.reconstruction_scores(X, truth.X)
-        uniform = metrics.no_information_baseline(truth.X, self.rng, "uniform")
-        init = metrics.no_information_baseline(truth.X, self.rng, "init")
+        # an integer seed draws each round's baselines from its own generator (a resumed run draws the same)
+        rng = self.rng if isinstance(self.rng, np.random.Generator) else np.random.default_rng([int(self.rng), int(round_)])
+        uniform = metrics.no_information_baseline(truth.X, rng, "uniform")
+        init = metrics.no_information_baseline(truth.X, rng, "init")
         entry = {
             "round": int(round_),
             "m": int(len(X)),
@@ -176,15 +178,19 @@ FOLLOW_PAD, FOLLOW_ACCEPT, FOLLOW_ACCEPT_GROWTH, FOLLOW_RETRIES = 16, 1e-26, 2.0
 
 
 def follow_entries(
-    model, records, truths, config: pursuit.PursuitConfig, key, rng: np.random.Generator, report=None, on_round=None,
+    model, records, truths, config: pursuit.PursuitConfig, key, rng: np.random.Generator | int, report=None, on_round=None,
     pad: int = FOLLOW_PAD, accept: float = FOLLOW_ACCEPT, retries: int = FOLLOW_RETRIES,
-    accept_growth: float = FOLLOW_ACCEPT_GROWTH,
+    accept_growth: float = FOLLOW_ACCEPT_GROWTH, start=None, elapsed: float = 0.0,
 ) -> list[dict]:
     """Follow consecutive records with :func:`pacd_jax.pursuit.pursuit_follow` (float64) and score them.
 
     Args:
         records, truths: every round from the first attacked one to the last.
+        rng: the baselines' generator, or an integer seed (each round's own generator).
         report: rounds to score and return (None: all).
+        start: the reconstruction (unit box, as the entries' ``X_rec``) of the
+            round before the first record, to resume an interrupted follow from.
+        elapsed: the attacker's time before the first record (the resumed run's).
 
     Returns:
         ``attack.json`` entries as :func:`attack_record`'s for the pursuit
@@ -192,7 +198,7 @@ def follow_entries(
         ``cumulative_time_s`` (the attacker's time from the first round up to
         this one; ``time_s`` is this round's share).
     """
-    score = _RoundScorer(records, truths, rng, report, on_round)
+    score = _RoundScorer(records, truths, rng, report, on_round, elapsed)
 
     def step(s):
         res = s.result
@@ -201,7 +207,7 @@ def follow_entries(
 
     with jax.enable_x64(True):
         pursuit.pursuit_follow(model, _float64_records(records), key, config, pad=pad, accept=accept, retries=retries,
-                               accept_growth=accept_growth, on_step=step)
+                               accept_growth=accept_growth, start=start, on_step=step)
     return score.entries
 
 

@@ -682,7 +682,7 @@ class FollowStep(NamedTuple):
 def pursuit_follow(
     model: MetaGP, records, key: Array, config: PursuitConfig = PursuitConfig(), pad: int = 16, accept: float = 1e-26,
     retries: int = 8, lm_iters: int = 100, search_on_failure: bool = False, accept_growth: float = 2.0, start=None,
-    lm_floor: float = 1e-27,
+    lm_floor: float = 1e-27, screen_iters: int = 10,
     on_step=None,
 ) -> list[FollowStep]:
     """Follow the target round after round with the pursuit attack (float64 advised).
@@ -695,7 +695,9 @@ def pursuit_follow(
     (:func:`_levenberg_marquardt`). If that leaves a relative residual above
     both ``accept`` and ``accept_growth`` times the previous round's (a new
     point in the wrong place), it tries the ``retries`` next-best candidates
-    for the new point and keeps the best; with
+    for the new point (each screened by at most ``screen_iters``
+    Levenberg-Marquardt steps; the best screened one gets the full polish and
+    is kept if it beats the first) and keeps the best; with
     ``search_on_failure`` it then also refines, exchanges and polishes as
     :func:`pursuit_attack` does (an exchange can repair an earlier point; on
     the Branin run's rounds 60 and 99, started from the truth at the round
@@ -742,6 +744,8 @@ def pursuit_follow(
         raise ValueError(f"accept_growth must be >= 1, got {accept_growth!r}")
     if not isinstance(retries, int) or retries < 0 or not isinstance(lm_iters, int) or lm_iters < 1:
         raise ValueError(f"retries must be >= 0 and lm_iters >= 1 (integers), got {retries!r} and {lm_iters!r}")
+    if not isinstance(screen_iters, int) or screen_iters < 1:
+        raise ValueError(f"screen_iters must be a positive integer, got {screen_iters!r}")
     fns = _Functions(model, config, jnp.asarray(model.network_coordinates()))
     d = model.config.dim
     z_prev, m_prev, out, loss_prev = None, 0, [], np.inf
@@ -782,14 +786,21 @@ def pursuit_follow(
             report("lm", loss)
             kept = 0
             if not loss <= good and m - m_prev == 1:
-                # the new point may be in the wrong place: try the next-best candidates for it
+                # the new point may be in the wrong place: screen the next-best candidates for it with a
+                # short polish each, then polish the most promising one fully
                 _, resid, J = search.fit_grow(z, before)
+                screened = []
                 for x in _top_candidates(search, msg.sobol, search_inv, msg.offsets, z, before, resid, J, retries + 1)[1:]:
-                    z_try, loss_try = _levenberg_marquardt(msg.all, search.grow(z_grown.at[m_prev].set(x), active), active, lm_iters, lm_floor)
+                    z_try, loss_try = _levenberg_marquardt(msg.all, search.grow(z_grown.at[m_prev].set(x), active), active,
+                                                           min(screen_iters, lm_iters), lm_floor)
+                    screened.append((loss_try, len(screened), z_try))
+                    if loss_try <= good:
+                        break
+                if screened:
+                    _, _, z_try = min(screened, key=lambda item: item[:2])
+                    z_try, loss_try = _levenberg_marquardt(msg.all, z_try, active, lm_iters, lm_floor)
                     if loss_try < loss:
                         z_best, loss = z_try, loss_try
-                    if loss <= good:
-                        break
                 report("retry", loss)
             z = z_best
             if (search_on_failure or m - m_prev > 1) and not loss <= good:  # the full search (refine, exchange, polish)

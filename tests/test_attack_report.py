@@ -126,3 +126,29 @@ def test_collect_only_redraws_a_saved_follow_report(tmp_path):
     for name in ("leakage.png", "dispersion_vs_round.png", "ratio_vs_round.png"):
         assert (tmp_path / "follow" / name).stat().st_size > 0
     assert json.loads(path.read_text()) == report  # the report itself is untouched
+
+
+def test_follow_resume_point_goes_on_from_the_last_saved_reconstruction():
+    """The follow report resumes after the last round of an unbroken 0.. run whose points were saved
+    (a report round's or an every-round entry's), keeps the rounds up to it and its attacker time;
+    other follow settings, a gap or no saved points: start over."""
+    first = {"command": "python first", "commit": "c0"}
+    header = {"options": {"converged_rtol": 1e-6}, "config": {"swaps": 20}, "pad": 16, "accept": 1e-26,
+              "accept_growth": 2.0, "retries": 8, "polish": "levenberg-marquardt", "start": "round 0, from scratch"}
+    X = {t: [[0.1 * t, 0.2]] for t in range(6)}
+    every = [{"round": t, "cumulative_time_s": 10.0 * (t + 1)} for t in range(6)]
+    every[2]["X_rec"] = X[2]
+    rounds = [{**_entry(t), "X_rec": X[t]} for t in (1, 4)]
+    previous = {"meta": first, "variants": {"pursuit_follow": {**header, "rounds": rounds, "every_round": every}}}
+    entries, kept, start, elapsed = attack_report.follow_resume_point(previous, "pursuit_follow", dict(header))
+    assert [e["round"] for e in kept] == [0, 1, 2, 3, 4] and start == X[4] and elapsed == 50.0
+    assert [e["round"] for e in entries] == [1, 4] and entries[0]["attacked_by"] == first
+    # a gap before round 4: only round 2's saved points are usable
+    gap = {**previous, "variants": {"pursuit_follow": {**header, "rounds": rounds, "every_round": every[:3] + every[4:]}}}
+    entries, kept, start, elapsed = attack_report.follow_resume_point(gap, "pursuit_follow", dict(header))
+    assert [e["round"] for e in kept] == [0, 1, 2] and start == X[2] and elapsed == 30.0 and [e["round"] for e in entries] == [1]
+    nothing = ([], [], None, 0.0)
+    assert attack_report.follow_resume_point(previous, "pursuit_follow", {**header, "accept": 1e-20}) == nothing
+    assert attack_report.follow_resume_point(None, "pursuit_follow", header) == nothing
+    bare = {**previous, "variants": {"pursuit_follow": {**header, "rounds": [], "every_round": every[:2]}}}
+    assert attack_report.follow_resume_point(bare, "pursuit_follow", header) == nothing
