@@ -148,21 +148,40 @@ def aggregate(cells: list[dict], rounds) -> dict:
 # -- one (sigma, seed) cell -------------------------------------------------------------
 
 
-def cell_key(config, target: int, rounds, attack_config) -> dict:
+def attack_mode(attack_config, follow: bool = False) -> str:
+    """``"paper"``, ``"pursuit"`` or ``"pursuit-follow"`` (the pursuit attacker following every round)."""
+    if type(attack_config).__name__ != "PursuitConfig":
+        if follow:
+            raise ValueError("following the target needs the pursuit attacker (a PursuitConfig)")
+        return "paper"
+    return "pursuit-follow" if follow else "pursuit"
+
+
+def cell_key(config, target: int, rounds, attack_config, follow: bool = False) -> dict:
     """What makes a finished cell reusable: the run, the target, the rounds, the attacker, the format."""
     import dataclasses
 
     key = {"version": CELL_VERSION, "config": config.to_dict(), "target": int(target), "rounds": [int(t) for t in rounds],
            "attack": dataclasses.asdict(attack_config), "band": {"draws": BAND_DRAWS, "q": list(BAND_Q)}}
-    if type(attack_config).__name__ == "PursuitConfig":  # (paper-attacker cells keep their earlier keys)
-        key["attack_mode"] = "pursuit"
+    mode = attack_mode(attack_config, follow)
+    if mode != "paper":  # (paper-attacker cells keep their earlier keys)
+        key["attack_mode"] = mode
+    if follow:  # the follow attacker's own thresholds
+        from pacd_jax import leakage
+
+        key["follow"] = {"pad": leakage.FOLLOW_PAD, "accept": leakage.FOLLOW_ACCEPT, "accept_growth": leakage.FOLLOW_ACCEPT_GROWTH,
+                         "retries": leakage.FOLLOW_RETRIES}
     return json.loads(json.dumps(key))  # tuples -> lists, as read back from the file
 
 
-def run_cell(config, target: int, rounds, attack_config, task_factory=None, on_step=None, on_bo_round=None) -> dict:
+def run_cell(config, target: int, rounds, attack_config, task_factory=None, on_step=None, on_bo_round=None,
+             follow: bool = False) -> dict:
     """Run, intercept and attack one seed at one sigma (``config.seeds == (seed,)``); the cell's result.
 
-    ``on_step()`` is called once per attacked round, ``on_bo_round(done, total)`` after each BO round.
+    ``on_step()`` is called once per scored round, ``on_bo_round(done, total)`` after each BO round.
+    ``follow``: the pursuit attacker follows the target through every round
+    from ``min(rounds)`` to ``max(rounds)`` (:func:`pacd_jax.pursuit.pursuit_follow`)
+    and the listed rounds are scored.
     """
     from pacd_jax import experiment, leakage, loop
 
@@ -174,7 +193,7 @@ def run_cell(config, target: int, rounds, attack_config, task_factory=None, on_s
     start = time.perf_counter()
     doc = leakage.run_leakage(config, target, rounds, attack_config, task_factory,
                               on_round=(lambda e: on_step()) if on_step is not None else None,
-                              on_bo_round=on_bo_round, on_run=on_run)
+                              on_bo_round=on_bo_round, on_run=on_run, follow=follow)
     res = box["results"]
     (fam,) = experiment.build_families(config, task_factory)
     problem, _ = loop.problem_from_family(fam, config.iters, config.init_points, config.noise_std)
@@ -223,8 +242,11 @@ def load_cell(path: Path, key: dict) -> dict | None:
 
 
 def sweep(base, sigmas, seeds, target: int, rounds, attack_config, out, operating_sigma: float,
-          task_factory=None, quiet: bool = False, meta: dict | None = None, log=print, fmt: str = "png") -> dict:
-    """Run every (sigma, seed) cell not already finished in ``out/cells``; write every output; the document."""
+          task_factory=None, quiet: bool = False, meta: dict | None = None, log=print, fmt: str = "png", follow: bool = False) -> dict:
+    """Run every (sigma, seed) cell not already finished in ``out/cells``; write every output; the document.
+
+    ``follow``: attack with the pursuit attacker following every round (:func:`run_cell`).
+    """
     from pacd_jax import io, progress
 
     out = Path(out)
@@ -236,13 +258,13 @@ def sweep(base, sigmas, seeds, target: int, rounds, attack_config, out, operatin
     for sigma in sigmas:
         for seed in seeds:
             config = base.replace(dp_sigma=float(sigma), seeds=(int(seed),))
-            key = cell_key(config, target, rounds, attack_config)
+            key = cell_key(config, target, rounds, attack_config, follow)
             path = _cell_path(out, sigma, seed)
             result = load_cell(path, key)
             if result is None:
                 bar.set_description(f"sigma={sigma:g} seed={seed}")
                 result = run_cell(config, target, rounds, attack_config, task_factory, on_step=lambda: bar.update(1),
-                                  on_bo_round=lambda done, total: bar.update(1))
+                                  on_bo_round=lambda done, total: bar.update(1), follow=follow)
                 io.write_json(path, {"key": key, "result": result})
                 if not quiet:
                     ratios = " ".join(f"t={e['round']}:{e['rmse_ratio']:.2f}" if e.get("rmse_ratio") is not None else f"t={e['round']}:err"
@@ -254,7 +276,7 @@ def sweep(base, sigmas, seeds, target: int, rounds, attack_config, out, operatin
                 bar.update(per_cell)
             cells.setdefault(float(sigma), []).append(result)
     bar.close()
-    doc = sweep_document(base, sigmas, seeds, target, rounds, attack_config, operating_sigma, cells, meta or {})
+    doc = sweep_document(base, sigmas, seeds, target, rounds, attack_config, operating_sigma, cells, meta or {}, follow)
     doc["meta"]["wall_time_s"] = time.perf_counter() - start
     doc["meta"]["cells_reused"] = reused
     doc["meta"]["cells_wall_time_s"] = float(sum(c["wall_time_s"] for cs in cells.values() for c in cs))
@@ -266,7 +288,7 @@ def sweep(base, sigmas, seeds, target: int, rounds, attack_config, out, operatin
     return doc
 
 
-def sweep_document(base, sigmas, seeds, target, rounds, attack_config, operating_sigma, cells, meta) -> dict:
+def sweep_document(base, sigmas, seeds, target, rounds, attack_config, operating_sigma, cells, meta, follow: bool = False) -> dict:
     """``privacy.json``: options, provenance, and per sigma epsilon, regret, attack scores and bands."""
     import dataclasses
 
@@ -288,8 +310,7 @@ def sweep_document(base, sigmas, seeds, target, rounds, attack_config, operating
         "operating_sigma": float(operating_sigma),
         "delta": DELTA,
         "band": {"kind": "uniform guesses", "draws": BAND_DRAWS, "quantiles": list(BAND_Q)},
-        "attack": {"mode": "pursuit" if type(attack_config).__name__ == "PursuitConfig" else "paper",
-                   **dataclasses.asdict(attack_config), "precision": "float64"},
+        "attack": {"mode": attack_mode(attack_config, follow), **dataclasses.asdict(attack_config), "precision": "float64"},
         "config": base.to_dict(),
         "meta": dict(meta),
     }
@@ -326,7 +347,11 @@ def table(doc: dict) -> str:
     c = doc["config"]
     m = doc["meta"]
     a = doc["attack"]
-    if a.get("mode") == "pursuit":
+    if a.get("mode") == "pursuit-follow":
+        attacker = (f"Attack: pursuit following the target through every round from {rounds[0]} to {rounds[-1]} "
+                    f"(pacd_jax.pursuit.pursuit_follow: {a['candidates']} candidates and {a['faces']} per face, "
+                    f"Levenberg-Marquardt polish; the listed rounds are scored). ")
+    elif a.get("mode") == "pursuit":
         attacker = (f"Attack: pursuit (pacd_jax.pursuit), {a['candidates']} candidates, {a['grow_steps']} + {a['final_steps']} "
                     f"L-BFGS steps, up to {a['swaps']} swaps. ")
     else:
@@ -517,8 +542,10 @@ def add_parser(sub) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
     p.add_argument("--format", choices=("png", "pdf"), default="png", help="figure format (default %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-cell lines")
-    p.add_argument("--attack-mode", choices=("paper", "pursuit"), default="paper",
-                   help="paper: eq. 11 from random starts (default); pursuit: from the message's atoms (as pacd-bo attack)")
+    p.add_argument("--attack-mode", choices=("paper", "pursuit", "pursuit-follow"), default="paper",
+                   help="paper: eq. 11 from random starts (default); pursuit: from the message's atoms (as pacd-bo attack); "
+                        "pursuit-follow: the pursuit attacker follows the target through every round from min(--rounds) to "
+                        "max(--rounds), the listed rounds are scored (as pacd-bo attack)")
     groups = _borrowed_groups({"positive_int": _positive_int, "nonneg_int": _nonneg_int, "int_list": _int_list, "float": _float})
     for title in ("attack", "pursuit attacker", "run (defaults as pacd-bo run)"):
         g = p.add_argument_group(title)
@@ -536,17 +563,20 @@ def attack_config_from_args(args):
     """The attacker of the options (same meaning as in ``pacd-bo attack``).
 
     :class:`pacd_jax.attack.AttackConfig` (``--attack-mode paper``) or
-    :class:`pacd_jax.pursuit.PursuitConfig` (``--attack-mode pursuit``).
+    :class:`pacd_jax.pursuit.PursuitConfig` (``--attack-mode pursuit`` or ``pursuit-follow``).
     """
     import dataclasses
 
     from pacd_jax import attack, pursuit
 
-    if getattr(args, "attack_mode", "paper") == "pursuit":
+    mode = getattr(args, "attack_mode", "paper")
+    if mode in ("pursuit", "pursuit-follow"):
         kw = {dest.removeprefix("pursuit_"): getattr(args, dest) for dest in args.pursuit_dests}
         for name in ("search_particles", "shortlist"):
             if kw.get(name) == 0:  # the options' "all"
                 kw[name] = None
+        if kw.get("converged_rtol") is None and mode == "pursuit-follow":  # as pacd-bo attack
+            kw["converged_rtol"] = 1e-6
         fields = {f.name for f in dataclasses.fields(pursuit.PursuitConfig)}
         unknown = set(kw) - fields
         if unknown:
@@ -603,7 +633,7 @@ def cmd_privacy(args) -> int:
     meta = {"command": "pacd-bo " + shlex.join(getattr(args, "argv", sys.argv[1:])), "commit": provenance.commit(),
             "machine": provenance.machine()}
     doc = sweep(base, args.sigmas, args.seeds, args.target_client, sorted(args.rounds), attack_config, out,
-                args.operating_sigma, quiet=args.quiet, meta=meta, fmt=args.format)
+                args.operating_sigma, quiet=args.quiet, meta=meta, fmt=args.format, follow=args.attack_mode == "pursuit-follow")
     if not args.quiet:
         print(table(doc))
         print(f"wrote {out / 'privacy.json'}, {out / f'privacy_sweep.{args.format}'}, {out / f'dp_regret.{args.format}'} "

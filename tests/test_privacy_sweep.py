@@ -195,3 +195,32 @@ def test_pursuit_attacker_runs_in_the_sweep_and_keys_its_cells(tmp_path):
     paper = privacy_sweep.cell_key(RunConfig(), 0, [1], attack.AttackConfig())
     assert privacy_sweep.cell_key(RunConfig(), 0, [1], pursuit.PursuitConfig())["attack_mode"] == "pursuit"
     assert "attack_mode" not in paper
+
+
+def test_follow_attacker_runs_in_the_sweep_scores_the_listed_rounds_and_keys_its_cells(tmp_path):
+    """``--attack-mode pursuit-follow`` follows every round from min to max of --rounds and scores the listed ones;
+    its cells are keyed apart from the one-round pursuit attacker's (a rerun reuses them)."""
+    from pacd_jax import attack, pursuit
+    from pacd_jax.config import RunConfig
+
+    out = tmp_path / "f"
+    argv = ["privacy", *RUN, "--seeds", "0", "--rounds", "0,2", "--clip", "2.5", "--quiet", "--sigmas", "0,4", "--operating-sigma", "4",
+            "--attack-mode", "pursuit-follow", "--pursuit-candidates", "64", "--pursuit-faces", "8", "--pursuit-grow-steps", "2",
+            "--pursuit-final-steps", "3", "--pursuit-swaps", "0", "--pursuit-search-particles", "0", "--out", str(out)]
+    assert cli.main(argv) == 0
+    doc = json.loads((out / "privacy.json").read_text())
+    assert doc["attack"]["mode"] == "pursuit-follow" and doc["attack"]["converged_rtol"] == 1e-6
+    for sigma in ("0", "4"):
+        (cell,) = doc["sigmas"][sigma]["per_seed"]
+        assert [e["round"] for e in cell["rounds"]] == [0, 2]
+        # the follow attacker's time runs on through the unscored round 1
+        assert cell["rounds"][1]["cumulative_time_s"] > cell["rounds"][0]["cumulative_time_s"] + cell["rounds"][1]["time_s"]
+    assert "pursuit_follow" in (out / "privacy.md").read_text()
+    stamp = {p.name: p.stat().st_mtime_ns for p in (out / "cells").iterdir()}
+    assert cli.main(argv) == 0  # every cell reused
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "cells").iterdir()} == stamp
+    key = privacy_sweep.cell_key(RunConfig(), 0, [1], pursuit.PursuitConfig(), follow=True)
+    assert key["attack_mode"] == "pursuit-follow" and key["follow"]["accept"] > 0
+    assert key != privacy_sweep.cell_key(RunConfig(), 0, [1], pursuit.PursuitConfig())
+    with pytest.raises(ValueError, match="pursuit attacker"):
+        privacy_sweep.cell_key(RunConfig(), 0, [1], attack.AttackConfig(), follow=True)
