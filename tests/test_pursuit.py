@@ -214,8 +214,14 @@ def test_levenberg_marquardt_returns_to_the_truth_from_nearby():
         msg = pursuit._Message(fns, particles, grads, jax.random.key(0))
         z0 = jnp.concatenate([X + 1e-3 * jax.random.normal(jax.random.key(3), X.shape), jnp.full((2, 2), 0.5)])
         active = jnp.array([1.0] * 6 + [0.0] * 2)
-        z, loss = pursuit._levenberg_marquardt(msg.all, z0, active, 30)
+        trace = []
+        z, loss = pursuit._levenberg_marquardt(msg.all, z0, active, 30, trace=trace)
         z_lbfgs = fns.short(particles, msg.target, z0, active)  # grow_steps (15) L-BFGS steps
+        start = float(msg.all.loss_lm(z0, active))
+        z3, loss3 = pursuit._levenberg_marquardt(msg.all, z0, active, 3)
+    # the trace: the residual after each step taken, never rising, ending at the result; its third entry is a 3-step run's
+    assert 1 <= len(trace) <= 30 and trace[-1] == loss and np.all(np.diff([start, *trace]) <= 0)
+    assert trace[2] == loss3
     assert np.all(np.asarray(z[6:]) == 0.5)  # inactive slots stay put
     assert metrics.matched_rmse(np.asarray(z[:6]), np.asarray(X)) < 1e-8 and loss < 1e-16
     assert metrics.matched_rmse(np.asarray(z_lbfgs[:6]), np.asarray(X)) > metrics.matched_rmse(np.asarray(z[:6]), np.asarray(X))
