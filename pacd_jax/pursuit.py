@@ -674,12 +674,24 @@ def pursuit_attack(model: MetaGP, particles, grads, m: int, key: Array, config: 
     return _result(msg, z, jnp.ones((m,), dtype), loss, history, kept)
 
 
+#: a retry of :func:`pursuit_follow` that ends within this (unit box, every coordinate) of the first
+#: candidate's points confirms them: only round-off tells the two apart
+CONFIRM_TOL = 1e-3
+
+
 class FollowStep(NamedTuple):
-    """One round of :func:`pursuit_follow`: the round, the pursuit outcome, this round's time."""
+    """One round of :func:`pursuit_follow`: the round, the pursuit outcome, this round's time.
+
+    ``reference``: the residual the next round is measured against (its
+    bar is ``max(accept, accept_growth * reference)``); ``confirmed``: this
+    round's retries found no rival for its new point.
+    """
 
     round: int
     result: PursuitResult
     time_s: float
+    reference: float = float("nan")
+    confirmed: bool = False
 
 
 def pursuit_follow(
@@ -698,9 +710,14 @@ def pursuit_follow(
     (:func:`_levenberg_marquardt`). If that leaves a relative residual above
     both ``accept`` and ``accept_growth`` times the previous round's (a new
     point in the wrong place), it tries the ``retries`` next-best candidates
-    for the new point (each screened by at most ``screen_iters``
-    Levenberg-Marquardt steps; the best screened one gets the full polish and
-    is kept if it beats the first) and keeps the best; with
+    for the new point, each screened by ``screen_iters`` Levenberg-Marquardt
+    steps. The best screened one is polished fully only if it beats the
+    first candidate's residual after as many steps, and kept if it then
+    beats the first; if none beats it (or the winner ends within
+    :data:`CONFIRM_TOL` of the first's points), the first is *confirmed* and its
+    residual becomes the next round's reference (a new query next to an
+    earlier one converges slowly; without this every round after it retried
+    in vain). With
     ``search_on_failure`` it then also refines, exchanges and polishes as
     :func:`pursuit_attack` does (an exchange can repair an earlier point; on
     the Branin run's rounds 60 and 99, started from the truth at the round
@@ -733,10 +750,9 @@ def pursuit_follow(
             and 43-158 s without, equally accurate (matched RMSE 1e-2 to 5e-2
             either way, at the message's identifiability limit).
         screen_iters: Levenberg-Marquardt steps per retry candidate before
-            the best is polished fully (Branin run, round 42, a new query
-            1.2e-5 of the box from an earlier one: 8 retries took 468 s
-            polished fully each, 222 s screened, with the same outcome, ratio
-            8e-5 and 6e-5).
+            the best is polished (Branin run, round 42, a new query 2e-4 of
+            the box from an earlier one: 8 retries took 468 s polished fully
+            each, 222 s screened, with the same outcome, ratio 8e-5 and 6e-5).
         start: ``(m0, d)`` points (unit box) known before the first record,
             e.g. a saved reconstruction to resume from; the first record is
             then followed from them instead of attacked from scratch.
@@ -780,6 +796,7 @@ def pursuit_follow(
         history = []
         report = lambda stage, value: history.append((stage, value))  # noqa: E731
         good = max(accept, accept_growth * loss_prev) if np.isfinite(loss_prev) else accept
+        confirmed = False  # retries found no rival for the new point
         if z_prev is None:
             z, loss, kept = _search(msg, z, active, range(m), report)
             active = (jnp.arange(M) < m).astype(dtype)
@@ -809,8 +826,11 @@ def pursuit_follow(
                 # polished further (near-duplicate queries: the first candidate was right, only slow to converge)
                 first = trace[min(screen_iters, len(trace)) - 1] if trace else loss
                 best = min(screened, key=lambda item: item[:2]) if screened else None
+                confirmed = True  # unless a retry ends at a different point set
                 if best is not None and best[0] < first:
                     z_try, loss_try = _levenberg_marquardt(msg.all, best[2], active, lm_iters, lm_floor)
+                    moved = float(jnp.max(jnp.abs(z_try - z_best) * active[:, None]))
+                    confirmed = moved <= CONFIRM_TOL  # the retry came back to the first candidate's points
                     if loss_try < loss:
                         z_best, loss = z_try, loss_try
                 report("retry", loss)
@@ -821,12 +841,13 @@ def pursuit_follow(
             z, loss = _levenberg_marquardt(msg.all, z, active, lm_iters, lm_floor)
             report("lm", loss)
         active = (jnp.arange(M) < m).astype(dtype)
-        # the next round's reference: this residual if kept, else the threshold it missed (which
-        # thus doubles per missed round: a misplaced point does not lower the bar for the next
-        # rounds, while a genuine rise of the truth's own residual is caught up with)
-        loss_ref = min(loss, good) if np.isfinite(loss_prev) else loss
+        # the next round's reference: this residual if kept or confirmed by the retries (a new query
+        # next to an earlier one converges slowly; the rounds after it would retry in vain), else the
+        # threshold it missed (which thus doubles per missed round: a misplaced point does not lower
+        # the bar for the next rounds, while a genuine rise of the truth's own residual is caught up with)
+        loss_ref = min(loss, good) if np.isfinite(loss_prev) and not confirmed else loss
         z_prev, m_prev, loss_prev = z[np.flatnonzero(np.asarray(active) > 0)], m, loss_ref
-        step = FollowStep(int(rec.round), _result(msg, z, active, loss, history, kept), time.perf_counter() - t0)
+        step = FollowStep(int(rec.round), _result(msg, z, active, loss, history, kept), time.perf_counter() - t0, float(loss_ref), confirmed)
         out.append(step)
         if on_step is not None:
             on_step(step)

@@ -133,12 +133,12 @@ def test_config_validates():
         pursuit.PursuitConfig(widen=1)
 
 
-def _growing_records(ms, hidden=(8, 8), K=3, seed=30):
+def _growing_records(ms, hidden=(8, 8), K=3, seed=30, X=None):
     """Messages of one client whose data grow (its first ``m`` points at each record), as a coordinator receives them."""
     from pacd_jax.intercept import Record
 
     model = MetaGP(MetaGPConfig(dim=2, hidden=hidden, features=2))
-    X = jax.random.uniform(jax.random.key(seed + 1), (max(ms), 2), jnp.float64)
+    X = jax.random.uniform(jax.random.key(seed + 1), (max(ms), 2), jnp.float64) if X is None else jnp.asarray(X, jnp.float64)
     y_all = jax.random.normal(jax.random.key(seed + 2), (max(ms),), jnp.float64)
     records, truths = [], []
     for t, m in enumerate(ms):
@@ -321,3 +321,25 @@ def test_ridge_fit_by_qr_equals_a_stacked_least_squares_oracle():
                 np.testing.assert_allclose(np.asarray(c[k]).ravel(), want, atol=1e-6 * np.abs(want).max())
                 np.testing.assert_allclose(np.asarray(resid[k]), tn[k] - B.T @ want, atol=1e-9 * np.abs(tn[k]).max())
             assert np.all(np.asarray(c)[:, 3] == 0.0)  # the empty slot
+
+
+def test_follow_retries_then_confirms_a_right_first_candidate():
+    """With a bar no round can pass (``accept=0`` and no earlier residual) the
+    round retries; no rival beats its (right) first candidate, so it is
+    confirmed and its own residual is the next reference (``accept_growth=2``
+    times it is the next round's bar)."""
+    with jax.enable_x64(True):
+        model, records, truths = _growing_records([4, 5, 6])
+        cfg = pursuit.PursuitConfig(candidates=1024, shortlist=64, swaps=12, exchange_steps=50, search_particles=None,
+                                    converged_rtol=1e-6)
+        steps = pursuit.pursuit_follow(model, records[1:], jax.random.key(0), cfg, pad=4, accept=0.0, retries=3,
+                                       start=truths[0], lm_floor=0.0)
+    first, second = steps
+    assert [name for name, _ in first.result.history] == ["grow", "lm", "retry"]
+    assert first.confirmed and first.reference == first.result.loss
+    for s, X in zip(steps, truths[1:]):
+        assert metrics.matched_rmse(s.result.X, X) < 1e-6
+    # the next bar is 2x the confirmed residual (both at round-off here): kept, confirmed, or (a retry that moved
+    # the points) the bar it missed
+    assert second.reference == (second.result.loss if second.result.loss <= 2.0 * first.reference or second.confirmed
+                                else 2.0 * first.reference)
