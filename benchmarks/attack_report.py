@@ -203,11 +203,13 @@ def main(argv=None) -> int:
             # the coordinator follows the target from round 0 (5 points) with the pursuit attack; every round is scored
             cfg = pursuit.PursuitConfig(**FOLLOW)
             settings = json.loads(json.dumps(dataclasses.asdict(cfg)))
-            brief = ("round", "m", "loss", "matched_rmse", "rmse_ratio", "recall_at_r", "precision_at_r", "swaps", "time_s", "cumulative_time_s")
+            brief = ("round", "m", "loss", "matched_rmse", "rmse_ratio", "recall_at_r", "precision_at_r", "swaps", "reference", "confirmed",
+                     "time_s", "cumulative_time_s")
             header = {"options": FOLLOW, "config": settings, "pad": leakage.FOLLOW_PAD, "accept": leakage.FOLLOW_ACCEPT,
                       "accept_growth": leakage.FOLLOW_ACCEPT_GROWTH, "retries": leakage.FOLLOW_RETRIES,
                       "polish": "levenberg-marquardt", "start": "round 0, from scratch"}
             entries, every, resume_from, elapsed = follow_resume_point(previous, name, header) if args.resume else ([], [], None, 0.0)
+            reference = every[-1].get("reference", float("inf")) if resume_from is not None else float("inf")
             if resume_from is not None:
                 header["resumed_after_round"] = every[-1]["round"]
 
@@ -224,7 +226,7 @@ def main(argv=None) -> int:
             todo = [(r, t) for r, t in zip(records, truths) if not every or r.round > every[-1]["round"]]
             if todo:
                 leakage.follow_entries(model, [r for r, _ in todo], [t for _, t in todo], cfg, jax.random.key(args.seed), args.seed,
-                                       None, keep_follow, start=resume_from, elapsed=elapsed)
+                                       None, keep_follow, start=resume_from, elapsed=elapsed, reference=reference)
             save()
             doc = {"benchmark": "branin", "target_client": 0, "dp": None, "rounds": entries}
             leakage.plot_leakage([doc], out_dir / "leakage.png")

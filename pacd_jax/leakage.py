@@ -180,7 +180,7 @@ FOLLOW_PAD, FOLLOW_ACCEPT, FOLLOW_ACCEPT_GROWTH, FOLLOW_RETRIES = 16, 1e-26, 2.0
 def follow_entries(
     model, records, truths, config: pursuit.PursuitConfig, key, rng: np.random.Generator | int, report=None, on_round=None,
     pad: int = FOLLOW_PAD, accept: float = FOLLOW_ACCEPT, retries: int = FOLLOW_RETRIES,
-    accept_growth: float = FOLLOW_ACCEPT_GROWTH, start=None, elapsed: float = 0.0,
+    accept_growth: float = FOLLOW_ACCEPT_GROWTH, start=None, elapsed: float = 0.0, reference: float = float("inf"),
 ) -> list[dict]:
     """Follow consecutive records with :func:`pacd_jax.pursuit.pursuit_follow` (float64) and score them.
 
@@ -191,6 +191,7 @@ def follow_entries(
         start: the reconstruction (unit box, as the entries' ``X_rec``) of the
             round before the first record, to resume an interrupted follow from.
         elapsed: the attacker's time before the first record (the resumed run's).
+        reference: the resumed round's ``reference`` (the next round's bar; ``inf``: unknown).
 
     Returns:
         ``attack.json`` entries as :func:`attack_record`'s for the pursuit
@@ -203,11 +204,12 @@ def follow_entries(
     def step(s):
         res = s.result
         score(s.round, res.X, res.loss, s.time_s, restart_losses=[float(res.loss)],
-              stages=[[name, value] for name, value in res.history], swaps=int(res.swaps))
+              stages=[[name, value] for name, value in res.history], swaps=int(res.swaps), reference=s.reference,
+              confirmed=s.confirmed)
 
     with jax.enable_x64(True):
         pursuit.pursuit_follow(model, _float64_records(records), key, config, pad=pad, accept=accept, retries=retries,
-                               accept_growth=accept_growth, start=start, on_step=step)
+                               accept_growth=accept_growth, start=start, reference=reference, on_step=step)
     return score.entries
 
 

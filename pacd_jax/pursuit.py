@@ -697,7 +697,7 @@ class FollowStep(NamedTuple):
 def pursuit_follow(
     model: MetaGP, records, key: Array, config: PursuitConfig = PursuitConfig(), pad: int = 16, accept: float = 1e-26,
     retries: int = 8, lm_iters: int = 100, search_on_failure: bool = False, accept_growth: float = 2.0, start=None,
-    lm_floor: float = 1e-27, screen_iters: int = 10,
+    lm_floor: float = 1e-27, screen_iters: int = 10, reference: float = float("inf"),
     on_step=None,
 ) -> list[FollowStep]:
     """Follow the target round after round with the pursuit attack (float64 advised).
@@ -756,6 +756,9 @@ def pursuit_follow(
         start: ``(m0, d)`` points (unit box) known before the first record,
             e.g. a saved reconstruction to resume from; the first record is
             then followed from them instead of attacked from scratch.
+        reference: with ``start``, the saved round's :attr:`FollowStep.reference`
+            (the first record's bar is then as in an uninterrupted run; ``inf``:
+            ``accept``).
         on_step: ``on_step(FollowStep)`` after each record (progress, saving).
     """
     if not isinstance(pad, int) or pad < 1:
@@ -772,7 +775,9 @@ def pursuit_follow(
         raise ValueError(f"screen_iters must be a positive integer, got {screen_iters!r}")
     fns = _Functions(model, config, jnp.asarray(model.network_coordinates()))
     d = model.config.dim
-    z_prev, m_prev, out, loss_prev = None, 0, [], np.inf
+    if not (reference > 0.0) or (np.isfinite(reference) and start is None):
+        raise ValueError(f"reference must be positive and comes with start (inf: none), got {reference!r}")
+    z_prev, m_prev, out, loss_prev = None, 0, [], float(reference)
     if start is not None:
         z_prev = np.asarray(start, np.float64)
         if z_prev.ndim != 2 or z_prev.shape[1] != d or not z_prev.shape[0] or not np.all(np.isfinite(z_prev)):

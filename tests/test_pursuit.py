@@ -295,6 +295,8 @@ def test_follow_resumes_from_known_points_and_validates_its_options():
             pursuit.pursuit_follow(model, records, jax.random.key(0), cfg, accept_growth=0.5)
         with pytest.raises(ValueError, match="lm_floor"):
             pursuit.pursuit_follow(model, records, jax.random.key(0), cfg, lm_floor=-1.0)
+        with pytest.raises(ValueError, match="reference"):  # a reference without start points
+            pursuit.pursuit_follow(model, records, jax.random.key(0), cfg, reference=1e-20)
         with pytest.raises(ValueError, match="screen_iters"):
             pursuit.pursuit_follow(model, records, jax.random.key(0), cfg, screen_iters=0)
 
