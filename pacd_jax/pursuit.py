@@ -831,12 +831,13 @@ def pursuit_follow(
                 # polished further (near-duplicate queries: the first candidate was right, only slow to converge)
                 first = trace[min(screen_iters, len(trace)) - 1] if trace else loss
                 best = min(screened, key=lambda item: item[:2]) if screened else None
-                confirmed = True  # unless a retry ends at a different point set
+                confirmed = True  # unless a retry at a different point set beats it
                 if best is not None and best[0] < first:
                     z_try, loss_try = _levenberg_marquardt(msg.all, best[2], active, lm_iters, lm_floor)
                     moved = float(jnp.max(jnp.abs(z_try - z_best) * active[:, None]))
-                    confirmed = moved <= CONFIRM_TOL  # the retry came back to the first candidate's points
                     if loss_try < loss:
+                        # a rival unless it came back to the first candidate's points
+                        confirmed = moved <= CONFIRM_TOL
                         z_best, loss = z_try, loss_try
                 report("retry", loss)
             z = z_best
