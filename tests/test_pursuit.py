@@ -218,10 +218,10 @@ def test_levenberg_marquardt_returns_to_the_truth_from_nearby():
         z, loss = pursuit._levenberg_marquardt(msg.all, z0, active, 30, trace=trace)
         z_lbfgs = fns.short(particles, msg.target, z0, active)  # grow_steps (15) L-BFGS steps
         start = float(msg.all.loss_lm(z0, active))
-        z3, loss3 = pursuit._levenberg_marquardt(msg.all, z0, active, 3)
-    # the trace: the residual after each step taken, never rising, ending at the result; its third entry is a 3-step run's
-    assert 1 <= len(trace) <= 30 and trace[-1] == loss and np.all(np.diff([start, *trace]) <= 0)
-    assert trace[2] == loss3
+        short = [pursuit._levenberg_marquardt(msg.all, z0, active, k)[1] for k in (1, 2, 3)]
+    # the trace's k-th entry is what a k-step run returns (oracle: separate runs), and the steps made real progress
+    assert trace[:3] == short
+    assert len(trace) <= 30 and trace[-1] < 1e-6 * start
     assert np.all(np.asarray(z[6:]) == 0.5)  # inactive slots stay put
     assert metrics.matched_rmse(np.asarray(z[:6]), np.asarray(X)) < 1e-8 and loss < 1e-16
     assert metrics.matched_rmse(np.asarray(z_lbfgs[:6]), np.asarray(X)) > metrics.matched_rmse(np.asarray(z[:6]), np.asarray(X))
