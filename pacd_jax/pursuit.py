@@ -454,19 +454,25 @@ def _levenberg_marquardt(prog: _Programs, z: Array, active: Array, iters: int, f
     H, g, f = prog.gauss_newton(z, active)
     f = float(f)
     trace = [] if trace is None else trace
+    streak = True  # the last try was accepted: the next one likely is too
     for _ in range(iters):
         if f <= floor:
             break
         z_try = z + prog.fns.lm_step(H, g, mu, active).reshape(z.shape)
-        f_try = float(prog.loss_lm(z_try, active))
+        # after an accepted step, evaluate the try with its Gauss-Newton system at once (the
+        # residual is part of it): an accepted try then costs one fit, not two; after a
+        # rejection only the residual (a rejection streak costs what it did)
+        system = prog.gauss_newton(z_try, active) if streak else None
+        f_try = float(system[2]) if streak else float(prog.loss_lm(z_try, active))
         accepted = bool(np.isfinite(f_try) and f_try < f)
         if accepted:
             done = f_try > (1.0 - 1e-3) * f
             z, mu = z_try, max(mu / 10.0, 1e-12)
-            H, g, f = prog.gauss_newton(z, active)
+            H, g, f = system if streak else prog.gauss_newton(z, active)
             f = float(f)
         else:
             mu *= 10.0
+        streak = accepted
         trace.append(f)
         if (accepted and done) or mu > 1e8:
             break

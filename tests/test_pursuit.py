@@ -227,6 +227,43 @@ def test_levenberg_marquardt_returns_to_the_truth_from_nearby():
     assert metrics.matched_rmse(np.asarray(z_lbfgs[:6]), np.asarray(X)) > metrics.matched_rmse(np.asarray(z[:6]), np.asarray(X))
 
 
+def test_levenberg_marquardt_fits_an_accepted_try_once():
+    """The residual that comes with the Gauss-Newton system is the one the
+    separate residual function computes (oracle), and a step accepted right
+    after an accepted one costs one fit: 1 + (tries) + (acceptances right
+    after a rejection) fits in all, counted by a proxy."""
+    with jax.enable_x64(True):
+        model, particles, X, y, grads = _case(6, seed=50)
+        fns = pursuit._Functions(model, pursuit.PursuitConfig(), jnp.asarray(model.network_coordinates()))
+        msg = pursuit._Message(fns, particles, grads, jax.random.key(0))
+        z0 = jnp.concatenate([X + 3e-2 * jax.random.normal(jax.random.key(4), X.shape), jnp.full((2, 2), 0.5)])
+        active = jnp.array([1.0] * 6 + [0.0] * 2)
+        for z in (z0, z0.at[0].add(0.1)):
+            np.testing.assert_allclose(float(msg.all.gauss_newton(z, active)[2]), float(msg.all.loss_lm(z, active)), rtol=1e-9)
+
+        calls = []
+
+        class Counting:
+            fns = msg.all.fns
+
+            def gauss_newton(self, z, a):
+                calls.append("gn")
+                return msg.all.gauss_newton(z, a)
+
+            def loss_lm(self, z, a):
+                calls.append("loss")
+                return msg.all.loss_lm(z, a)
+
+        trace = []
+        _, loss = pursuit._levenberg_marquardt(Counting(), z0, active, 40, trace=trace)
+        f0 = float(msg.all.loss_lm(z0, active))
+    accepted = np.asarray(trace) < np.asarray([f0] + trace[:-1])
+    after_rejection = int(np.sum(accepted[1:] & ~accepted[:-1]))
+    assert accepted.sum() >= 3 and loss < 1e-3 * f0  # a real descent
+    assert len(calls) == 1 + len(trace) + after_rejection
+    assert accepted[0] or np.any(accepted[1:] & accepted[:-1])  # some acceptance the old scheme fitted twice
+
+
 def test_ortho_scores_equal_the_projection_onto_the_new_atoms_outside_the_active_span():
     """Oracle (numpy least squares in float64): a candidate's score is the part
     of the residual its atoms explain once the active atoms are projected out,
