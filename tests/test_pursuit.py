@@ -227,6 +227,23 @@ def test_levenberg_marquardt_returns_to_the_truth_from_nearby():
     assert metrics.matched_rmse(np.asarray(z_lbfgs[:6]), np.asarray(X)) > metrics.matched_rmse(np.asarray(z[:6]), np.asarray(X))
 
 
+def test_levenberg_marquardt_moves_only_the_movable_points_and_places_a_new_one():
+    """Oracle: the true points. With the last point moved 1e-3 off and only
+    it movable, the polish brings it back to the truth while every other
+    point stays exactly where it was (the fit still uses all of them)."""
+    with jax.enable_x64(True):
+        model, particles, X, y, grads = _case(6, seed=50)
+        fns = pursuit._Functions(model, pursuit.PursuitConfig(), jnp.asarray(model.network_coordinates()))
+        msg = pursuit._Message(fns, particles, grads, jax.random.key(0))
+        z0 = jnp.concatenate([jnp.asarray(X).at[5].add(jnp.array([1e-3, -7e-4])), jnp.full((2, 2), 0.5)])
+        active = jnp.array([1.0] * 6 + [0.0] * 2)
+        movable = jnp.array([0.0] * 5 + [1.0] + [0.0] * 2)
+        z, loss = pursuit._levenberg_marquardt(msg.all, z0, active, 30, movable=movable)
+        start = float(msg.all.loss_lm(z0, active))
+    assert np.all(np.asarray(z)[:5] == np.asarray(z0)[:5]) and np.all(np.asarray(z)[6:] == 0.5)
+    assert np.linalg.norm(np.asarray(z)[5] - np.asarray(X)[5]) < 1e-6 and loss < 1e-6 * start
+
+
 def test_levenberg_marquardt_fits_an_accepted_try_once():
     """The residual that comes with the Gauss-Newton system is the one the
     separate residual function computes (oracle), and a step accepted right
@@ -336,6 +353,8 @@ def test_follow_resumes_from_known_points_and_validates_its_options():
             pursuit.pursuit_follow(model, records, jax.random.key(0), cfg, reference=1e-20)
         with pytest.raises(ValueError, match="screen_iters"):
             pursuit.pursuit_follow(model, records, jax.random.key(0), cfg, screen_iters=0)
+        with pytest.raises(ValueError, match="place_iters"):
+            pursuit.pursuit_follow(model, records, jax.random.key(0), cfg, place_iters=-1)
 
 
 def test_ridge_fit_by_qr_equals_a_stacked_least_squares_oracle():
