@@ -437,10 +437,6 @@ def _best_candidate(prog: _Programs, sobol, gram_inv, offsets, z, active, resid,
     return _top_candidates(prog, sobol, gram_inv, offsets, z, active, resid, J, 1)[0]
 
 
-#: a polish stops once this many iterations together gained less than a factor of 2.
-LM_STALL = 10
-
-
 def _levenberg_marquardt(prog: _Programs, z: Array, active: Array, iters: int, floor: float = 0.0, trace: list | None = None,
                          movable: Array | None = None) -> tuple[Array, float]:
     """Levenberg-Marquardt on the relative residual (ridge ``ridge_lm``), at most ``iters`` Jacobians.
@@ -452,10 +448,6 @@ def _levenberg_marquardt(prog: _Programs, z: Array, active: Array, iters: int, f
     step gains less than 0.1 %, the damping exceeds 1e8, or the residual is
     at most ``floor`` (near the message's round-off a step's "gain" is
     noise, and the 0.1 % rule alone lets the polish run all ``iters``).
-    It also stops once :data:`LM_STALL` iterations together gained less than
-    a factor of 2: away from an exact solution the polish can crawl at a few
-    per cent a step for all ``iters`` (Branin run, round 56 with the new
-    point placed: 100 steps, 340 s) while the points barely move.
     ``trace``, if given, gets the residual after each iteration.
     ``movable`` (a subset of ``active``): only these points move, the fit
     still uses every active point (default: all active points move).
@@ -465,7 +457,6 @@ def _levenberg_marquardt(prog: _Programs, z: Array, active: Array, iters: int, f
     H, g, f = prog.gauss_newton(z, active)
     f = float(f)
     trace = [] if trace is None else trace
-    seen = [f]  # the residual before each iteration, for the stall rule
     streak = True  # the last try was accepted: the next one likely is too
     for _ in range(iters):
         if f <= floor:
@@ -486,8 +477,7 @@ def _levenberg_marquardt(prog: _Programs, z: Array, active: Array, iters: int, f
             mu *= 10.0
         streak = accepted
         trace.append(f)
-        seen.append(f)
-        if (accepted and done) or mu > 1e8 or (len(seen) > LM_STALL and seen[-1] > 0.5 * seen[-1 - LM_STALL]):
+        if (accepted and done) or mu > 1e8:
             break
     return z, f
 

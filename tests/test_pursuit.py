@@ -244,34 +244,6 @@ def test_levenberg_marquardt_moves_only_the_movable_points_and_places_a_new_one(
     assert np.linalg.norm(np.asarray(z)[5] - np.asarray(X)[5]) < 1e-6 and loss < 1e-6 * start
 
 
-def test_levenberg_marquardt_stops_a_crawl():
-    """A polish that gains 5 % a step (each accepted, above the 0.1 % rule)
-    stops once LM_STALL steps together gained less than a factor of 2
-    (0.95^10 = 0.60 > 0.5: after exactly LM_STALL steps); a 10 % gain a step
-    (0.9^10 = 0.35) runs all its iterations."""
-
-    class Crawl:  # f(z) = rate^z[0]; every step adds 1 to z[0]
-        def __init__(self, rate):
-            self.rate = rate
-            self.fns = self
-
-        def lm_step(self, H, g, mu, movable):
-            return jnp.ones(2)
-
-        def gauss_newton(self, z, active):
-            return None, None, self.rate ** float(z[0, 0])
-
-        def loss_lm(self, z, active):
-            return self.rate ** float(z[0, 0])
-
-    trace = []
-    pursuit._levenberg_marquardt(Crawl(0.95), jnp.zeros((1, 2)), jnp.ones(1), 100, trace=trace)
-    assert len(trace) == pursuit.LM_STALL == 10
-    trace = []
-    pursuit._levenberg_marquardt(Crawl(0.9), jnp.zeros((1, 2)), jnp.ones(1), 40, trace=trace)
-    assert len(trace) == 40  # 0.9^10 = 0.35: real progress, no stall
-
-
 def test_levenberg_marquardt_fits_an_accepted_try_once():
     """The residual that comes with the Gauss-Newton system is the one the
     separate residual function computes (oracle), and a step accepted right
