@@ -593,14 +593,22 @@ class _Message:
         return prog, None if self.config.shortlist is None else self._gram_inverse(self.particles[sub]), size
 
 
-def _grow(msg: _Message, search: _Programs, search_inv: Array, z: Array, active: Array, slots) -> tuple[Array, Array]:
-    """Fill ``slots`` one by one with the candidate that explains most of the residual, moving all points after each."""
+def _grow(msg: _Message, search: _Programs, search_inv: Array, z: Array, active: Array, slots, move: bool = True) -> tuple[Array, Array]:
+    """Fill ``slots`` one by one with the candidate that explains most of the residual.
+
+    With ``move``, all points then take a few L-BFGS steps on the search
+    particles after each addition (a search from scratch); without, every
+    point stays where it is (:func:`pursuit_follow`, whose earlier points are
+    already right: those steps on a subset of the particles pushed one of a
+    close pair of queries away, see there).
+    """
     for i in slots:
         _, resid, J = search.fit_grow(z, active)
         x_new = _best_candidate(search, msg.sobol, search_inv, msg.offsets, z, active, resid, J)
         z = z.at[i].set(x_new)
         active = active.at[i].set(1.0)
-        z = search.grow(z, active)
+        if move:
+            z = search.grow(z, active)
     return z, active
 
 
@@ -830,7 +838,7 @@ def pursuit_follow(
             K = particles.shape[0]
             search, search_inv, _ = msg.subset(K if config.search_particles is None else config.search_particles)
             before = active
-            z_grown, active = _grow(msg, search, search_inv, z, before, range(m_prev, m))
+            z_grown, active = _grow(msg, search, search_inv, z, before, range(m_prev, m), move=False)
             report("grow", float(search.loss(z_grown, active)))
             fresh = ((jnp.arange(M) >= m_prev) & (jnp.arange(M) < m)).astype(dtype)
 
@@ -848,7 +856,7 @@ def pursuit_follow(
                 _, resid, J = search.fit_grow(z, before)
                 screened = []
                 for x in _top_candidates(search, msg.sobol, search_inv, msg.offsets, z, before, resid, J, retries + 1)[1:]:
-                    z_try, loss_try = _levenberg_marquardt(msg.all, place(search.grow(z_grown.at[m_prev].set(x), active)), active,
+                    z_try, loss_try = _levenberg_marquardt(msg.all, place(z_grown.at[m_prev].set(x)), active,
                                                            min(screen_iters, lm_iters), lm_floor)
                     screened.append((loss_try, len(screened), z_try))
                     if loss_try <= good:
