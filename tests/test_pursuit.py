@@ -329,11 +329,14 @@ def test_top_candidates_are_distinct_and_best_first():
 
 
 def test_follow_resumes_from_known_points_and_validates_its_options():
-    """Resuming at round 2 from round 1's true points gives round 2 and 3 as
-    following from round 0 does (to 1e-4); bad start points, accept_growth
+    """Resuming at round 2 from round 1's true points (a close pair among
+    them) gives round 2 and 3 as following from round 0 does (to 1e-4), and
+    the known points stay put to round-off; bad start points, accept_growth
     below 1 are rejected with a clear error."""
     with jax.enable_x64(True):
-        model, records, truths = _growing_records([3, 4, 5, 6])
+        X = np.array(jax.random.uniform(jax.random.key(31), (6, 2), jnp.float64))
+        X[1] = X[0] + np.array([1.5e-4, -1e-4])  # a close pair of queries, as BO makes near its optimum
+        model, records, truths = _growing_records([3, 4, 5, 6], X=X)
         cfg = pursuit.PursuitConfig(candidates=1024, shortlist=64, swaps=12, exchange_steps=50, search_particles=None,
                                     converged_rtol=1e-6)
         steps = pursuit.pursuit_follow(model, records[2:], jax.random.key(0), cfg, pad=4, start=truths[1])
@@ -341,6 +344,7 @@ def test_follow_resumes_from_known_points_and_validates_its_options():
         assert [name for name, _ in steps[0].result.history][0] == "grow"  # no search from scratch
         for s, X in zip(steps, truths[2:]):
             assert metrics.matched_rmse(s.result.X, X) < 1e-4
+        np.testing.assert_allclose(steps[0].result.X[:4], truths[1], atol=1e-9)
         with pytest.raises(ValueError, match="start"):
             pursuit.pursuit_follow(model, records[2:], jax.random.key(0), cfg, start=np.zeros((4, 3)))
         with pytest.raises(ValueError, match="shrink"):  # more start points than the first record has
@@ -355,6 +359,29 @@ def test_follow_resumes_from_known_points_and_validates_its_options():
             pursuit.pursuit_follow(model, records, jax.random.key(0), cfg, screen_iters=0)
         with pytest.raises(ValueError, match="place_iters"):
             pursuit.pursuit_follow(model, records, jax.random.key(0), cfg, place_iters=-1)
+
+
+def test_grow_in_place_keeps_the_earlier_points_and_adds_the_best_candidate():
+    """``_grow(move=False)`` (what the follow attacker does with a new round)
+    leaves every earlier point bit for bit and puts the new one at the
+    candidate :func:`_best_candidate` picks for the same residual (the oracle,
+    called separately); ``move=True`` (a search from scratch) moves them."""
+    with jax.enable_x64(True):
+        model, particles, X, _, grads = _case(5, seed=80)
+        cfg = pursuit.PursuitConfig(candidates=256, shortlist=32, search_particles=None)
+        fns = pursuit._Functions(model, cfg, jnp.asarray(model.network_coordinates()))
+        msg = pursuit._Message(fns, particles, grads, jax.random.key(0))
+        search, search_inv, _ = msg.subset(3)
+        z = jnp.full((6, 2), 0.5).at[:4].set(X[:4] + 0.01)  # earlier points slightly off, as a follow carries them
+        before = (jnp.arange(6) < 4).astype(jnp.float64)
+        _, resid, J = search.fit_grow(z, before)
+        want = pursuit._best_candidate(search, msg.sobol, search_inv, msg.offsets, z, before, resid, J)
+        z_in, active = pursuit._grow(msg, search, search_inv, z, before, [4], move=False)
+        np.testing.assert_array_equal(np.asarray(z_in[:4]), np.asarray(z[:4]))
+        np.testing.assert_array_equal(np.asarray(z_in[4]), np.asarray(want))
+        np.testing.assert_array_equal(np.asarray(active), [1, 1, 1, 1, 1, 0])
+        z_moved, _ = pursuit._grow(msg, search, search_inv, z, before, [4])
+        assert float(jnp.max(jnp.abs(z_moved[:4] - z[:4]))) > 1e-6
 
 
 def test_ridge_fit_by_qr_equals_a_stacked_least_squares_oracle():
