@@ -452,8 +452,8 @@ def _levenberg_marquardt(prog: _Programs, z: Array, active: Array, iters: int, f
     ``movable`` (a subset of ``active``): only these points move, the fit
     still uses every active point (default: all active points move).
     ``max_step``: a trust region, the farthest (Euclidean, unit box) any
-    point may move in one step; a longer step counts as rejected (more
-    damping) without being evaluated.
+    point may move in one step; a longer step is shortened to it along its
+    direction (and a shortened step's small gain does not end the polish).
     """
     movable = active if movable is None else movable
     mu = 1e-3
@@ -465,12 +465,10 @@ def _levenberg_marquardt(prog: _Programs, z: Array, active: Array, iters: int, f
         if f <= floor:
             break
         step = prog.fns.lm_step(H, g, mu, movable).reshape(z.shape)
-        if float(jnp.max(jnp.sum(step * step, axis=1))) > max_step * max_step:
-            mu, streak = mu * 10.0, False
-            trace.append(f)
-            if mu > 1e8:
-                break
-            continue
+        longest = float(jnp.sqrt(jnp.max(jnp.sum(step * step, axis=1))))
+        truncated = longest > max_step
+        if truncated:  # shortened along its direction to the trust region
+            step = step * (max_step / longest)
         z_try = z + step
         # after an accepted step, evaluate the try with its Gauss-Newton system at once (the
         # residual is part of it): an accepted try then costs one fit, not two; after a
@@ -479,7 +477,7 @@ def _levenberg_marquardt(prog: _Programs, z: Array, active: Array, iters: int, f
         f_try = float(system[2]) if streak else float(prog.loss_lm(z_try, active))
         accepted = bool(np.isfinite(f_try) and f_try < f)
         if accepted:
-            done = f_try > (1.0 - 1e-3) * f
+            done = f_try > (1.0 - 1e-3) * f and not truncated
             z, mu = z_try, max(mu / 10.0, 1e-12)
             H, g, f = system if streak else prog.gauss_newton(z, active)
             f = float(f)

@@ -244,6 +244,32 @@ def test_levenberg_marquardt_moves_only_the_movable_points_and_places_a_new_one(
     assert np.linalg.norm(np.asarray(z)[5] - np.asarray(X)[5]) < 1e-6 and loss < 1e-6 * start
 
 
+def test_levenberg_marquardt_trust_region_bounds_every_step():
+    """``max_step``: with one point 0.03 off the truth and steps of at most
+    0.004, no k-step run moves any point farther than 0.004 k (each
+    k-step run returns the k-th iterate: oracle by separate runs); with
+    enough steps it still comes back to the truth (oracle), and an
+    unbounded polish from the same start gets there in fewer steps."""
+    with jax.enable_x64(True):
+        model, particles, X, y, grads = _case(6, seed=50)
+        fns = pursuit._Functions(model, pursuit.PursuitConfig(), jnp.asarray(model.network_coordinates()))
+        msg = pursuit._Message(fns, particles, grads, jax.random.key(0))
+        z0 = jnp.concatenate([jnp.asarray(X).at[2].add(jnp.array([0.03, -0.01])), jnp.full((2, 2), 0.5)])
+        active = jnp.array([1.0] * 6 + [0.0] * 2)
+        previous = np.asarray(z0)
+        for k in (1, 2, 3, 4):
+            z, _ = pursuit._levenberg_marquardt(msg.all, z0, active, k, max_step=0.004)
+            moved = np.linalg.norm(np.asarray(z) - np.asarray(z0), axis=1)
+            assert moved.max() <= 0.004 * k + 1e-12, (k, moved.max())
+            assert np.linalg.norm(np.asarray(z) - previous, axis=1).max() <= 0.004 + 1e-12
+            previous = np.asarray(z)
+        trace, free = [], []
+        z, loss = pursuit._levenberg_marquardt(msg.all, z0, active, 60, max_step=0.004, trace=trace)
+        _, _ = pursuit._levenberg_marquardt(msg.all, z0, active, 60, trace=free)
+    assert metrics.matched_rmse(np.asarray(z[:6]), np.asarray(X)) < 1e-6 and np.all(np.asarray(z[6:]) == 0.5)
+    assert len(free) < len(trace)
+
+
 def test_levenberg_marquardt_fits_an_accepted_try_once():
     """The residual that comes with the Gauss-Newton system is the one the
     separate residual function computes (oracle), and a step accepted right
@@ -359,6 +385,8 @@ def test_follow_resumes_from_known_points_and_validates_its_options():
             pursuit.pursuit_follow(model, records, jax.random.key(0), cfg, screen_iters=0)
         with pytest.raises(ValueError, match="place_iters"):
             pursuit.pursuit_follow(model, records, jax.random.key(0), cfg, place_iters=-1)
+        with pytest.raises(ValueError, match="max_step"):
+            pursuit.pursuit_follow(model, records, jax.random.key(0), cfg, max_step=0.0)
 
 
 def test_grow_in_place_keeps_the_earlier_points_and_adds_the_best_candidate():
