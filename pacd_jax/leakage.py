@@ -174,7 +174,7 @@ def progressive_entries(
 
 
 #: pursuit_follow's buffer padding, acceptance thresholds and retries as the attack command and report use them
-FOLLOW_PAD, FOLLOW_ACCEPT, FOLLOW_ACCEPT_GROWTH, FOLLOW_RETRIES = 16, 1e-26, 2.0, 8
+FOLLOW_PAD, FOLLOW_ACCEPT, FOLLOW_ACCEPT_GROWTH, FOLLOW_RETRIES = 16, 1e-27, 2.0, 8
 
 
 def follow_entries(
