@@ -85,6 +85,11 @@ class PursuitConfig:
             the 6-point unit test the exchanges stall with a shortlist of 64.
         radii: distances (unit box) at which neighbours of the points found so
             far are also candidates (a cluster's next member is close by).
+            The smallest, 0.001, is for queries next to earlier ones: a
+            new point is placed from a candidate within about 3e-3 of it
+            (Branin run, round 55) and BO puts queries 2e-4 to 2e-3 from
+            earlier ones; with 0.004 the nearest candidate to the Branin
+            run's round-46 query (0.002 from an earlier one) was 2e-3 off.
         grow_steps: L-BFGS steps on all points after each addition.
         final_steps: L-BFGS steps once all ``m`` points are in.
         swaps: exchange passes at most.
@@ -129,7 +134,7 @@ class PursuitConfig:
     candidates: int = 4096
     faces: int = 512
     shortlist: int | None = None
-    radii: tuple[float, ...] = (0.004, 0.015)
+    radii: tuple[float, ...] = (0.001, 0.004, 0.015)
     grow_steps: int = 15
     final_steps: int = 200
     swaps: int = 20
