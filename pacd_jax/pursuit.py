@@ -88,8 +88,9 @@ class PursuitConfig:
             The smallest, 0.001, is for queries next to earlier ones: a
             new point is placed from a candidate within about 3e-3 of it
             (Branin run, round 55) and BO puts queries 2e-4 to 2e-3 from
-            earlier ones; with 0.004 the nearest candidate to the Branin
-            run's round-46 query (0.002 from an earlier one) was 2e-3 off.
+            earlier ones; the Branin run's round-42 query, 2e-4 from an
+            earlier one, had its nearest candidate 3.2e-3 away with radii
+            0.004 and 0.015 and 8e-4 away with 0.001 added.
         grow_steps: L-BFGS steps on all points after each addition.
         final_steps: L-BFGS steps once all ``m`` points are in.
         swaps: exchange passes at most.
