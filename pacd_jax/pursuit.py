@@ -800,13 +800,12 @@ def pursuit_follow(
             (the true new point itself: 4.7e-28). 0: off.
         max_step: trust region of every polish of all points: no point
             moves farther than this (unit box) in one Levenberg-Marquardt
-            step. In a tight cluster of queries one point's atoms are nearly
-            those of its neighbours, so the fit hardly minds where it goes:
-            on the Branin run's round 49 (six queries within 0.005) an
-            unbounded polish once moved an earlier point 0.22 away while the
-            residual fell to 1.5e-27 (the true points: 8e-30), and that
-            wrong point stayed. Near the solution the steps are far shorter
-            (1e-4 and less). ``inf``: no bound.
+            step. A guard: in a tight cluster of queries one point's atoms
+            are nearly those of its neighbours, so the fit hardly minds
+            where one of them goes (the Branin run's round-49 failure,
+            first blamed on such a jump, came from the new point's
+            candidate; see ``accept``). Near the solution the steps are far
+            shorter (1e-4 and less). ``inf``: no bound.
         screen_iters: Levenberg-Marquardt steps per retry candidate before
             the best is polished (Branin run, round 42, a new query 2e-4 of
             the box from an earlier one: 8 retries took 468 s polished fully
