@@ -28,10 +28,20 @@ from the last round whose reconstruction was saved (every round's is).
 The ``pursuit_follow`` variant (:func:`pacd_jax.pursuit.pursuit_follow`)
 is the pursuit attack following the target from round 0 to the last listed
 round (the coordinator receives every round's message); it scores every
-round, and ``--readme`` puts its table between the ``attack-follow`` markers:
+round, and ``--readme`` puts its table between the ``attack-follow`` markers
+(``attack-follow-repair`` with ``--repairs``):
 
     PYTHONPATH=. python benchmarks/attack_report.py --variants pursuit_follow --readme \
         --out benchmarks/results/attack_branin_follow.json
+
+``--repairs N`` lets it revisit earlier points (``pursuit_follow(repairs=N)``);
+``--start-from FILE --start-round R`` keeps rounds 0..R of an earlier follow
+report (same settings otherwise) and goes on from its round-R reconstruction,
+into its own ``--out``:
+
+    PYTHONPATH=. python benchmarks/attack_report.py --variants pursuit_follow --readme --repairs 1 \
+        --start-from benchmarks/results/attack_branin_follow.json --start-round 56 \
+        --out benchmarks/results/attack_branin_follow_repair.json
 
 The ``progressive`` variant (:func:`pacd_jax.attack.progressive_attack`)
 follows the target through every round from 0 to the last listed one and
@@ -80,6 +90,9 @@ PROGRESSIVE = dict(first=dict(restarts=64, steps=300, init="uniform", bounded=Tr
 
 #: the follow attacker's options (pacd_jax.pursuit.pursuit_follow; PursuitConfig defaults otherwise)
 FOLLOW = dict(converged_rtol=1e-6)
+#: with --repairs: pursuit_follow's repair_bar and repair_candidates (recorded in the report)
+REPAIR_BAR, REPAIR_CANDIDATES = 1e-28, 4
+REPAIR_KEYS = ("repairs", "repair_bar", "repair_candidates")
 
 
 def progressive_config(opts=PROGRESSIVE) -> attack.ProgressiveConfig:
@@ -139,10 +152,20 @@ def main(argv=None) -> int:
     parser.add_argument("--resume", action="store_true",
                         help="keep the rounds --out already holds for a variant with the same settings (defaults included), seed and "
                              "BO precision; attack only the rest")
+    parser.add_argument("--repairs", type=int, default=0,
+                        help="pursuit_follow: earlier points revisited per round left above the repair bar (pursuit_follow(repairs=...); 0: off)")
+    parser.add_argument("--start-from", metavar="FILE",
+                        help="pursuit_follow: keep rounds 0..--start-round of this earlier report (same follow settings but --repairs) "
+                             "and go on from its reconstruction there with this run's settings")
+    parser.add_argument("--start-round", type=int, help="with --start-from: the last round kept from it")
     parser.add_argument("--collect-only", action="store_true",
                         help="attack nothing: redraw the pursuit_follow figures from --out and, with --readme, put its tables in "
                              "README.md (for a report stopped before its last round; each round is saved as it is attacked)")
     args = parser.parse_args(argv)
+    if args.repairs < 0:
+        parser.error(f"--repairs must be >= 0, got {args.repairs}")
+    if (args.start_from is None) != (args.start_round is None) or (args.start_from and args.resume):
+        parser.error("--start-from and --start-round go together, and not with --resume")
     if args.collect_only:
         return collect(args)
     rounds = tuple(int(t) for t in args.rounds.split(","))
@@ -208,7 +231,23 @@ def main(argv=None) -> int:
             header = {"options": FOLLOW, "config": settings, "pad": leakage.FOLLOW_PAD, "accept": leakage.FOLLOW_ACCEPT,
                       "accept_growth": leakage.FOLLOW_ACCEPT_GROWTH, "retries": leakage.FOLLOW_RETRIES,
                       "polish": "levenberg-marquardt", "start": "round 0, from scratch"}
-            entries, every, resume_from, elapsed = follow_resume_point(previous, name, header) if args.resume else ([], [], None, 0.0)
+            if args.repairs:
+                header.update(repairs=args.repairs, repair_bar=REPAIR_BAR, repair_candidates=REPAIR_CANDIDATES)
+            if args.start_from:
+                earlier = resumable(args.start_from, result)
+                if earlier is None:
+                    raise SystemExit(f"error: --start-from {args.start_from}: not a report of the same benchmark, target, seed and BO precision")
+                entries, every, resume_from, elapsed = follow_resume_point(earlier, name, header, upto=args.start_round,
+                                                                           ignore=REPAIR_KEYS)
+                if resume_from is None or every[-1]["round"] != args.start_round:
+                    raise SystemExit(f"error: --start-from {args.start_from}: no saved reconstruction of round {args.start_round} "
+                                     "with the same follow settings")
+                header["start"] = (f"rounds 0-{args.start_round} from {args.start_from} ({earlier['meta']['command']} at commit "
+                                   f"{earlier['meta']['commit']}), then this run's settings from its reconstruction")
+            elif args.resume:
+                entries, every, resume_from, elapsed = follow_resume_point(previous, name, header)
+            else:
+                entries, every, resume_from, elapsed = [], [], None, 0.0
             reference = every[-1].get("reference", float("inf")) if resume_from is not None else float("inf")
             if resume_from is not None:
                 header["resumed_after_round"] = every[-1]["round"]
@@ -226,7 +265,8 @@ def main(argv=None) -> int:
             todo = [(r, t) for r, t in zip(records, truths) if not every or r.round > every[-1]["round"]]
             if todo:
                 leakage.follow_entries(model, [r for r, _ in todo], [t for _, t in todo], cfg, jax.random.key(args.seed), args.seed,
-                                       None, keep_follow, start=resume_from, elapsed=elapsed, reference=reference)
+                                       None, keep_follow, start=resume_from, elapsed=elapsed, reference=reference,
+                                       repairs=args.repairs, repair_bar=REPAIR_BAR, repair_candidates=REPAIR_CANDIDATES)
             save()
             doc = {"benchmark": "branin", "target_client": 0, "dp": None, "rounds": entries}
             leakage.plot_leakage([doc], out_dir / "leakage.png")
@@ -282,7 +322,7 @@ def main(argv=None) -> int:
     if args.readme and "pursuit" in result["variants"]:
         update_readme(result, "attack-pursuit")
     if args.readme and "pursuit_follow" in result["variants"]:
-        update_readme(result, "attack-follow", "pursuit_follow")
+        update_readme(result, follow_marker(result), "pursuit_follow")
     return 0
 
 
@@ -298,10 +338,15 @@ def collect(args) -> int:
         leakage.plot_dispersion([doc], out_dir / "dispersion_vs_round.png")
         plot_follow(follow["every_round"], out_dir / "ratio_vs_round.png")
         if args.readme:
-            update_readme(result, "attack-follow", "pursuit_follow")
+            update_readme(result, follow_marker(result), "pursuit_follow")
     if args.readme and "pursuit" in result["variants"]:
         update_readme(result, "attack-pursuit")
     return 0
+
+
+def follow_marker(result: dict) -> str:
+    """The README markers of a follow report: ``attack-follow``, or ``attack-follow-repair`` for a run with ``--repairs``."""
+    return "attack-follow-repair" if result["variants"]["pursuit_follow"].get("repairs") else "attack-follow"
 
 
 def resumable(path, result: dict) -> dict | None:
@@ -315,22 +360,24 @@ def resumable(path, result: dict) -> dict | None:
     return previous if same and "meta" in previous else None
 
 
-def follow_resume_point(previous: dict | None, name: str, header: dict):
+def follow_resume_point(previous: dict | None, name: str, header: dict, upto: int | None = None, ignore=()):
     """Where an interrupted follow report goes on: ``(report entries, every-round entries, points, attacker time)``.
 
-    The last round of ``previous`` (same follow settings, rounds 0.. without
-    a gap) whose reconstruction was saved: the rounds up to it are kept (each
-    report entry names the run that attacked it), the follow restarts from its
+    The last round of ``previous`` (same follow settings but the keys in
+    ``ignore``, rounds 0.. without a gap, at most ``upto``) whose
+    reconstruction was saved: the rounds up to it are kept (each report
+    entry names the run that attacked it), the follow restarts from its
     points. Nothing to resume: ``([], [], None, 0.0)``.
     """
     prior = None if previous is None else previous["variants"].get(name)
-    if prior is None or any(prior.get(k) != v for k, v in header.items() if k != "start"):
+    keys = (set(header) | set(REPAIR_KEYS)) - {"start", "resumed_after_round", *ignore}  # repairs: in a header only when on
+    if prior is None or any(prior.get(k) != header.get(k) for k in keys):
         return [], [], None, 0.0
     saved = {e["round"]: e["X_rec"] for e in prior["rounds"]}
     saved.update({e["round"]: e["X_rec"] for e in prior["every_round"] if "X_rec" in e})
     rounds = [e["round"] for e in prior["every_round"]]
     contiguous = [t for i, t in enumerate(rounds) if rounds[: i + 1] == list(range(i + 1))]
-    ready = [t for t in contiguous if t in saved]
+    ready = [t for t in contiguous if t in saved and (upto is None or t <= upto)]
     if not ready:
         return [], [], None, 0.0
     last = ready[-1]

@@ -181,6 +181,7 @@ def follow_entries(
     model, records, truths, config: pursuit.PursuitConfig, key, rng: np.random.Generator | int, report=None, on_round=None,
     pad: int = FOLLOW_PAD, accept: float = FOLLOW_ACCEPT, retries: int = FOLLOW_RETRIES,
     accept_growth: float = FOLLOW_ACCEPT_GROWTH, start=None, elapsed: float = 0.0, reference: float = float("inf"),
+    repairs: int = 0, repair_bar: float = 1e-28, repair_candidates: int = 4,
 ) -> list[dict]:
     """Follow consecutive records with :func:`pacd_jax.pursuit.pursuit_follow` (float64) and score them.
 
@@ -192,6 +193,8 @@ def follow_entries(
             round before the first record, to resume an interrupted follow from.
         elapsed: the attacker's time before the first record (the resumed run's).
         reference: the resumed round's ``reference`` (the next round's bar; ``inf``: unknown).
+        repairs, repair_bar, repair_candidates: revisiting earlier points
+            (:func:`pacd_jax.pursuit.pursuit_follow`; ``repairs=0``: off).
 
     Returns:
         ``attack.json`` entries as :func:`attack_record`'s for the pursuit
@@ -209,7 +212,8 @@ def follow_entries(
 
     with jax.enable_x64(True):
         pursuit.pursuit_follow(model, _float64_records(records), key, config, pad=pad, accept=accept, retries=retries,
-                               accept_growth=accept_growth, start=start, reference=reference, on_step=step)
+                               accept_growth=accept_growth, start=start, reference=reference, repairs=repairs, repair_bar=repair_bar,
+                               repair_candidates=repair_candidates, on_step=step)
     return score.entries
 
 

@@ -561,6 +561,43 @@ def _exchange(prog: _Programs, sobol, gram_inv, offsets, z, active, loss):
     return None
 
 
+def _relocate(msg: _Message, z: Array, active: Array, loss: float, tries: int, candidates: int, place_iters: int,
+              lm_iters: int, floor: float, max_step: float, bar: float = 0.0) -> tuple[Array, float, int]:
+    """Revisit earlier points: drop one, put the best of ``candidates`` in its place; keep the best such move.
+
+    The ``tries`` points that explain least (:func:`removal_costs`) are
+    tried, cheapest first. For each, the candidates for the residual
+    without it are placed alone (``place_iters`` Levenberg-Marquardt steps
+    that move only it), then all points are polished (``lm_iters`` steps to
+    ``floor``, trust region ``max_step``). The tries stop at the first that
+    reaches ``bar``; the best one is kept if it lowers the residual by
+    ``swap_gain``. Best of all tries, not the first gain: dropping a right
+    point and re-placing it elsewhere can also lower the residual a little
+    while the wrong point stays. All on every particle's message.
+    ``(z, loss, 1 if a move was kept else 0)``.
+    """
+    prog, gram_inv, _ = msg.subset(msg.particles.shape[0])
+    costs = np.asarray(prog.removal_costs(z, active))
+    order = [int(w) for w in np.argsort(costs, kind="stable") if active[w] > 0][:tries]
+    best = None
+    for w in order:
+        dropped = active.at[w].set(0.0)
+        _, resid, J = prog.fit_grow(z, dropped)
+        alone = jnp.zeros_like(active).at[w].set(1.0)
+        for x in _top_candidates(prog, msg.sobol, gram_inv, msg.offsets, z, dropped, resid, J, candidates):
+            z_try = z.at[w].set(x)
+            if place_iters:
+                z_try = _levenberg_marquardt(prog, z_try, active, place_iters, floor, movable=alone)[0]
+            z_try, loss_try = _levenberg_marquardt(prog, z_try, active, lm_iters, floor, max_step=max_step)
+            if np.isfinite(loss_try) and (best is None or loss_try < best[1]):
+                best = (z_try, loss_try)
+        if best is not None and best[1] <= bar:
+            break
+    if best is not None and best[1] < msg.config.swap_gain * loss:
+        return best[0], best[1], 1
+    return z, loss, 0
+
+
 def implied_targets(model: MetaGP, particles: Array, X: Array, alpha: Array, jitter: float = DEFAULT_JITTER) -> Array:
     """``y = m_k(X) + (K_k(X) + sigma_k^2 I) alpha_k`` averaged over the K particles (``alpha``: ``(K, m)``)."""
 
@@ -729,7 +766,7 @@ def pursuit_follow(
     model: MetaGP, records, key: Array, config: PursuitConfig = PursuitConfig(), pad: int = 16, accept: float = 1e-27,
     retries: int = 8, lm_iters: int = 100, search_on_failure: bool = False, accept_growth: float = 2.0, start=None,
     lm_floor: float = 1e-28, screen_iters: int = 10, reference: float = float("inf"), place_iters: int = 20,
-    max_step: float = 0.02, on_step=None,
+    max_step: float = 0.02, repairs: int = 0, repair_bar: float = 1e-28, repair_candidates: int = 4, on_step=None,
 ) -> list[FollowStep]:
     """Follow the target round after round with the pursuit attack (float64 advised).
 
@@ -806,6 +843,16 @@ def pursuit_follow(
             first blamed on such a jump, came from the new point's
             candidate; see ``accept``). Near the solution the steps are far
             shorter (1e-4 and less). ``inf``: no bound.
+        repairs: earlier points revisited per round (:func:`_relocate`:
+            drop one of the ``repairs`` points that explain least, put the
+            best of ``repair_candidates`` candidates in its place, keep the
+            best such move if the residual falls by ``swap_gain``) when the
+            round ends above ``repair_bar``. Once a point sits in the wrong place a later
+            round never moves it back (its neighbours' polish only
+            compensates), and new points then join it there. 0: off.
+        repair_bar: the relative residual above which a round revisits its
+            points. The true points leave 4e-30 to 2e-29 at every round of
+            the Branin run (float64).
         screen_iters: Levenberg-Marquardt steps per retry candidate before
             the best is polished (Branin run, round 42, a new query 2e-4 of
             the box from an earlier one: 8 retries took 468 s polished fully
@@ -834,6 +881,10 @@ def pursuit_follow(
         raise ValueError(f"max_step must be positive, got {max_step!r}")
     if not isinstance(screen_iters, int) or screen_iters < 1:
         raise ValueError(f"screen_iters must be a positive integer, got {screen_iters!r}")
+    if not isinstance(repairs, int) or repairs < 0 or not isinstance(repair_candidates, int) or repair_candidates < 1:
+        raise ValueError(f"repairs must be >= 0 and repair_candidates >= 1 (integers), got {repairs!r} and {repair_candidates!r}")
+    if not (np.isfinite(repair_bar) and repair_bar >= 0.0):
+        raise ValueError(f"repair_bar must be a non-negative number, got {repair_bar!r}")
     fns = _Functions(model, config, jnp.asarray(model.network_coordinates()))
     d = model.config.dim
     if not (reference > 0.0) or (np.isfinite(reference) and start is None):
@@ -908,9 +959,13 @@ def pursuit_follow(
                         z_best, loss = z_try, loss_try
                 report("retry", loss)
             z = z_best
+            if repairs and not loss <= repair_bar:
+                z, loss, kept = _relocate(msg, z, active, loss, repairs, repair_candidates, place_iters, lm_iters, lm_floor,
+                                          max_step, repair_bar)
+                report("repair", loss)
             if (search_on_failure or m - m_prev > 1) and not loss <= good:  # the full search (refine, exchange, polish)
                 z, loss, kept = _search(msg, z, active, (), report)
-        if not history or history[-1][0] not in ("lm", "retry"):
+        if not history or history[-1][0] not in ("lm", "retry", "repair"):
             z, loss = _levenberg_marquardt(msg.all, z, active, lm_iters, lm_floor, max_step=max_step)
             report("lm", loss)
         active = (jnp.arange(M) < m).astype(dtype)

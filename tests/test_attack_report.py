@@ -152,6 +152,18 @@ def test_follow_resume_point_goes_on_from_the_last_saved_reconstruction():
     assert attack_report.follow_resume_point(None, "pursuit_follow", header) == nothing
     bare = {**previous, "variants": {"pursuit_follow": {**header, "rounds": [], "every_round": every[:2]}}}
     assert attack_report.follow_resume_point(bare, "pursuit_follow", header) == nothing
+    # --start-from/--start-round: at most round 3 (so round 2's points), repair settings ignored only where named
+    repaired = {**header, "repairs": 1, "repair_bar": 1e-28}
+    entries, kept, start, elapsed = attack_report.follow_resume_point(previous, "pursuit_follow", repaired, upto=3,
+                                                                       ignore=("repairs", "repair_bar"))
+    assert [e["round"] for e in kept] == [0, 1, 2] and start == X[2] and elapsed == 30.0 and [e["round"] for e in entries] == [1]
+    assert attack_report.follow_resume_point(previous, "pursuit_follow", repaired) == nothing
+    # a report made with repairs does not resume a run without them, nor with other ones
+    with_repairs = {**previous, "variants": {"pursuit_follow": {**repaired, "rounds": rounds, "every_round": every}}}
+    assert attack_report.follow_resume_point(with_repairs, "pursuit_follow", header) == nothing
+    assert attack_report.follow_resume_point(with_repairs, "pursuit_follow", {**repaired, "repairs": 2}) == nothing
+    assert attack_report.follow_resume_point(with_repairs, "pursuit_follow", dict(repaired))[2] == X[4]
+    assert attack_report.follow_marker(with_repairs) == "attack-follow-repair" and attack_report.follow_marker(previous) == "attack-follow"
 
 
 def test_privacy_readme_puts_the_table_between_the_markers(tmp_path):

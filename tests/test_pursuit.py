@@ -387,6 +387,10 @@ def test_follow_resumes_from_known_points_and_validates_its_options():
             pursuit.pursuit_follow(model, records, jax.random.key(0), cfg, place_iters=-1)
         with pytest.raises(ValueError, match="max_step"):
             pursuit.pursuit_follow(model, records, jax.random.key(0), cfg, max_step=0.0)
+        with pytest.raises(ValueError, match="repairs"):
+            pursuit.pursuit_follow(model, records, jax.random.key(0), cfg, repair_candidates=0)
+        with pytest.raises(ValueError, match="repair_bar"):
+            pursuit.pursuit_follow(model, records, jax.random.key(0), cfg, repair_bar=float("nan"))
 
 
 def test_grow_in_place_keeps_the_earlier_points_and_adds_the_best_candidate():
@@ -456,3 +460,27 @@ def test_follow_retries_then_confirms_a_right_first_candidate():
     # the points) the bar it missed
     assert second.reference == (second.result.loss if second.result.loss <= 2.0 * first.reference or second.confirmed
                                 else 2.0 * first.reference)
+
+
+def test_relocate_puts_a_misplaced_earlier_point_back():
+    """Oracle: the true points. One of six moved next to another one (as the
+    follow attacker on the Branin run put a query into the other cluster;
+    there the polish never moved it back): relocating (drop the cheapest
+    point, place the best candidate alone, polish all) brings the set back
+    to the truth. From the truth, revisiting keeps the truth."""
+    with jax.enable_x64(True):
+        model, particles, X, _, grads = _case(6, seed=90)
+        cfg = pursuit.PursuitConfig(candidates=512, faces=64, search_particles=None)
+        fns = pursuit._Functions(model, cfg, jnp.asarray(model.network_coordinates()))
+        msg = pursuit._Message(fns, particles, grads, jax.random.key(0))
+        active = jnp.array([1.0] * 6 + [0.0] * 2)
+        truth = jnp.full((8, 2), 0.5).at[:6].set(X)
+        far = truth.at[2].set(X[4] + 1e-3)
+        loss0 = float(msg.all.loss_lm(far, active))
+        z, loss, kept = pursuit._relocate(msg, far, active, loss0, 6, 4, 20, 50, 0.0, 0.02)
+        z_t, loss_t, _ = pursuit._relocate(msg, truth, active, float(msg.all.loss_lm(truth, active)), 2, 2, 20, 50, 0.0,
+                                           float("inf"))
+    assert kept >= 1 and loss < 1e-6 * loss0
+    assert metrics.matched_rmse(np.asarray(z[:6]), np.asarray(X)) < 1e-6
+    assert np.all(np.asarray(z[6:]) == 0.5)  # free slots untouched
+    assert metrics.matched_rmse(np.asarray(z_t[:6]), np.asarray(X)) < 1e-8
