@@ -242,8 +242,8 @@ def main(argv=None) -> int:
                 if resume_from is None or every[-1]["round"] != args.start_round:
                     raise SystemExit(f"error: --start-from {args.start_from}: no saved reconstruction of round {args.start_round} "
                                      "with the same follow settings")
-                header["start"] = (f"rounds 0-{args.start_round} from {args.start_from} ({earlier['meta']['command']} at commit "
-                                   f"{earlier['meta']['commit']}), then this run's settings from its reconstruction")
+                header["start"] = (f"rounds 0-{args.start_round} kept from {args.start_from} (each report round names the run "
+                                   "that attacked it), then this run's settings from its reconstruction")
             elif args.resume:
                 entries, every, resume_from, elapsed = follow_resume_point(previous, name, header)
             else:

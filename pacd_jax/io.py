@@ -18,7 +18,12 @@ from typing import Any, Iterator
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path next to ``path``; on success rename it onto ``path``."""
+    """Yield a temporary path next to ``path``; on success rename it onto ``path``.
+
+    The file gets the permissions a plain ``open(path, "w")`` would give it
+    (an existing file's, else ``0o666`` less the umask), not ``mkstemp``'s
+    owner-only ``0o600``.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix or ".tmp")
@@ -28,10 +33,17 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         yield tmp
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
+        os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask())
         os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it; put it back at once
+    os.umask(mask)
+    return mask
 
 
 def write_json(path: str | os.PathLike, doc: Any) -> None:

@@ -1,4 +1,4 @@
-"""The README block writer shared by the report scripts (`pacd_jax.io.replace_marked_block`)."""
+"""The README block writer shared by the report scripts (`pacd_jax.io.replace_marked_block`) and atomic files."""
 
 import pytest
 
@@ -24,3 +24,16 @@ def test_missing_or_misordered_markers_raise_and_leave_the_file(tmp_path, text):
     with pytest.raises(ValueError, match="has no <!-- a:begin --> ... <!-- a:end --> block"):
         io.replace_marked_block(path, "a", "body")
     assert path.read_text() == text
+
+
+def test_atomic_files_get_the_permissions_open_would_give(tmp_path):
+    """Oracle: a file made by plain ``open`` in the same folder; an existing file keeps its mode."""
+    import os
+
+    plain = tmp_path / "plain.json"
+    plain.write_text("{}")
+    io.write_json(tmp_path / "new.json", {"a": 1})
+    assert (tmp_path / "new.json").stat().st_mode & 0o777 == plain.stat().st_mode & 0o777
+    os.chmod(plain, 0o640)
+    io.write_json(plain, {"a": 2})
+    assert plain.stat().st_mode & 0o777 == 0o640 and plain.read_text() == '{"a": 2}\n'
