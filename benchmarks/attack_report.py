@@ -230,7 +230,7 @@ def main(argv=None) -> int:
                      "time_s", "cumulative_time_s")
             header = {"options": FOLLOW, "config": settings, "pad": leakage.FOLLOW_PAD, "accept": leakage.FOLLOW_ACCEPT,
                       "accept_growth": leakage.FOLLOW_ACCEPT_GROWTH, "retries": leakage.FOLLOW_RETRIES,
-                      "polish": "levenberg-marquardt", "start": "round 0, from scratch"}
+                      "polish": "levenberg-marquardt", "scores": leakage.FOLLOW_SCORES, "start": "round 0, from scratch"}
             if args.repairs:
                 header.update(repairs=args.repairs, repair_bar=REPAIR_BAR, repair_candidates=REPAIR_CANDIDATES)
             if args.start_from:

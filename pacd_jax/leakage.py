@@ -175,6 +175,8 @@ def progressive_entries(
 
 #: pursuit_follow's buffer padding, acceptance thresholds and retries as the attack command and report use them
 FOLLOW_PAD, FOLLOW_ACCEPT, FOLLOW_ACCEPT_GROWTH, FOLLOW_RETRIES = 16, 1e-27, 2.0, 8
+#: how pursuit_follow ranks a new point's candidates ("exact": pursuit_follow(exact_scores=True))
+FOLLOW_SCORES = "exact"
 
 
 def follow_entries(
@@ -212,7 +214,8 @@ def follow_entries(
 
     with jax.enable_x64(True):
         pursuit.pursuit_follow(model, _float64_records(records), key, config, pad=pad, accept=accept, retries=retries,
-                               accept_growth=accept_growth, start=start, reference=reference, repairs=repairs, repair_bar=repair_bar,
+                               accept_growth=accept_growth, start=start, reference=reference,
+                               exact_scores=FOLLOW_SCORES == "exact", repairs=repairs, repair_bar=repair_bar,
                                repair_candidates=repair_candidates, on_step=step)
     return score.entries
 
@@ -286,7 +289,8 @@ def run_leakage(
         options = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(attack_config).items()}
         attack_doc = {"mode": "pursuit-follow" if follow else "pursuit", **options, "precision": "float64"}
         if follow:
-            attack_doc.update(pad=FOLLOW_PAD, accept=FOLLOW_ACCEPT, accept_growth=FOLLOW_ACCEPT_GROWTH, retries=FOLLOW_RETRIES, polish="levenberg-marquardt")
+            attack_doc.update(pad=FOLLOW_PAD, accept=FOLLOW_ACCEPT, accept_growth=FOLLOW_ACCEPT_GROWTH, retries=FOLLOW_RETRIES, polish="levenberg-marquardt",
+                              scores=FOLLOW_SCORES)
     else:
         attack_doc = {
             "mode": "paper",

@@ -396,6 +396,27 @@ class _Functions:
 
         self.ortho_scores = ortho_scores
 
+        @jax.jit
+        def exact_scores(particles, target, z, active, cand):
+            # the share of the exact residual (QR fit at ridge_lm) each candidate's atoms explain,
+            # orthogonalised against the active atoms explicitly: B - Q (Q^T B), not the Gram
+            # difference B^T B - (Q^T B)^T (Q^T B), whose cancellation and the grow ridge's leftover
+            # hide a new point inside a tight cluster (Branin run, round 57: the true query scored
+            # -8e-17 and ranked ~7400th by ortho_scores, first here)
+            J = atoms(model, particles, z, coords)
+            _, Q1, _ = _ridge_qr(J, active, config.ridge_lm)
+            resid = target - jnp.einsum("kpa,ka->kp", Q1, jnp.einsum("kpa,kp->ka", Q1, target))
+            Bc = atoms(model, particles, cand, coords)
+            perp = Bc - jnp.einsum("kpa,kcoa->kcop", Q1, jnp.einsum("kpa,kcop->kcoa", Q1, Bc))
+            g = jnp.einsum("kcop,kcqp->kcoq", perp, perp)
+            eye = jnp.eye(g.shape[-1], dtype=g.dtype)
+            g = g + (1e-12 * jnp.trace(g, axis1=2, axis2=3)[..., None, None] + 1e-300) * eye
+            proj = jnp.einsum("kcop,kp->kco", perp, resid)
+            explained = jnp.sum(jnp.einsum("kco,kco->kc", proj, jnp.linalg.solve(g, proj[..., None])[..., 0]), axis=0)
+            return explained / jnp.sum(resid * resid)
+
+        self.exact_scores = exact_scores
+
         def point_atoms(phi, x):
             return jax.jacrev(model.network_outputs)(phi, x)[:, coords]  # (O, P_net)
 
@@ -432,7 +453,8 @@ class _Programs:
         self.fns, self.model, self.config = fns, model, config
         self.particles, self.target, self.coords = particles, target, coords
         bind = functools.partial
-        for name in ("loss", "loss_lm", "grow", "final", "short", "exchange", "fit_grow", "fit", "removal_costs", "gauss_newton"):
+        for name in ("loss", "loss_lm", "grow", "final", "short", "exchange", "fit_grow", "fit", "removal_costs", "gauss_newton",
+                     "exact_scores"):
             setattr(self, name, bind(getattr(fns, name), particles, target))
         for name in ("raw_scores", "gram_inverse", "ortho_scores"):
             setattr(self, name, bind(getattr(fns, name), particles))
@@ -516,6 +538,29 @@ def _top_candidates(prog: _Programs, sobol, gram_inv, offsets, z, active, resid,
     near = jnp.where(jnp.repeat(active, offsets.shape[0])[:, None] > 0, near, top[:1])
     cand = np.asarray(jnp.concatenate([top, near]))
     order = np.argsort(-np.asarray(prog.ortho_scores(J, active, jnp.asarray(cand), resid)), kind="stable")
+    _, first = np.unique(cand[order], axis=0, return_index=True)
+    return jnp.asarray(cand[order[np.sort(first)[:count]]], z.dtype)
+
+
+def _exact_candidates(prog: _Programs, sobol, offsets, z, active, count: int) -> Array:
+    """The ``count`` best distinct candidates for the next point by :meth:`_Functions.exact_scores`, best first.
+
+    The box candidates and the active points' neighbours (as
+    :func:`_top_candidates`), each scored by the share of the exact
+    residual its atoms explain outside the active span. What the follow
+    attacker grows and retries with: its earlier points fit the message to
+    round-off, and a new query next to them shows only there.
+    """
+    near = jnp.clip(z[:, None, :] + offsets[None], 1e-3, 1 - 1e-3).reshape(-1, z.shape[1])
+    near = near[np.flatnonzero(np.repeat(np.asarray(active) > 0, offsets.shape[0]))]
+    cand = np.asarray(jnp.concatenate([sobol, near]))
+    step = 256  # candidates' atoms per chunk; the last chunk is padded so that one program serves every round
+    n = cand.shape[0]
+    padded = np.concatenate([cand, np.repeat(cand[:1], -n % step, axis=0)])
+    scores = np.concatenate([np.asarray(prog.exact_scores(z, active, jnp.asarray(padded[i : i + step])))
+                             for i in range(0, padded.shape[0], step)])[:n]
+    scores = np.where(np.isfinite(scores), scores, -np.inf)
+    order = np.argsort(-scores, kind="stable")
     _, first = np.unique(cand[order], axis=0, return_index=True)
     return jnp.asarray(cand[order[np.sort(first)[:count]]], z.dtype)
 
@@ -644,18 +689,23 @@ class _Message:
         return prog, None if self.config.shortlist is None else self._gram_inverse(self.particles[sub]), size
 
 
-def _grow(msg: _Message, search: _Programs, search_inv: Array, z: Array, active: Array, slots, move: bool = True) -> tuple[Array, Array]:
+def _grow(msg: _Message, search: _Programs, search_inv: Array, z: Array, active: Array, slots, move: bool = True,
+          exact: bool = False) -> tuple[Array, Array]:
     """Fill ``slots`` one by one with the candidate that explains most of the residual.
 
     With ``move``, all points then take a few L-BFGS steps on the search
     particles after each addition (a search from scratch); without, every
     point stays where it is (:func:`pursuit_follow`, whose earlier points are
     already right: those steps on a subset of the particles pushed one of a
-    close pair of queries away, see there).
+    close pair of queries away, see there). ``exact``: pick each point by
+    :func:`_exact_candidates` instead of :func:`_best_candidate`.
     """
     for i in slots:
-        _, resid, J = search.fit_grow(z, active)
-        x_new = _best_candidate(search, msg.sobol, search_inv, msg.offsets, z, active, resid, J)
+        if exact:
+            x_new = _exact_candidates(search, msg.sobol, msg.offsets, z, active, 1)[0]
+        else:
+            _, resid, J = search.fit_grow(z, active)
+            x_new = _best_candidate(search, msg.sobol, search_inv, msg.offsets, z, active, resid, J)
         z = z.at[i].set(x_new)
         active = active.at[i].set(1.0)
         if move:
@@ -766,7 +816,7 @@ def pursuit_follow(
     model: MetaGP, records, key: Array, config: PursuitConfig = PursuitConfig(), pad: int = 16, accept: float = 1e-27,
     retries: int = 8, lm_iters: int = 100, search_on_failure: bool = False, accept_growth: float = 2.0, start=None,
     lm_floor: float = 1e-28, screen_iters: int = 10, reference: float = float("inf"), place_iters: int = 20,
-    max_step: float = 0.02, repairs: int = 0, repair_bar: float = 1e-28, repair_candidates: int = 4, on_step=None,
+    max_step: float = 0.02, exact_scores: bool = True, repairs: int = 0, repair_bar: float = 1e-28, repair_candidates: int = 4, on_step=None,
 ) -> list[FollowStep]:
     """Follow the target round after round with the pursuit attack (float64 advised).
 
@@ -843,6 +893,16 @@ def pursuit_follow(
             first blamed on such a jump, came from the new point's
             candidate; see ``accept``). Near the solution the steps are far
             shorter (1e-4 and less). ``inf``: no bound.
+        exact_scores: pick each new point (and the retries) by
+            :func:`_exact_candidates`: the share of the exact residual
+            (QR at ``ridge_lm``) a candidate explains outside the earlier
+            points' span. ``False``: :func:`_best_candidate` (the grow
+            ridge's residual and :meth:`_Functions.ortho_scores`), under
+            which a query inside a tight cluster is invisible: on the Branin
+            run, round 57 (from round 56's reconstruction), its top nine
+            candidates all lay 0.67-0.88 away in the other cluster and the
+            true query itself ranked ~7400th; by exact scores the truth
+            ranks first and the next best are 0.0015 and 0.003 from it.
         repairs: earlier points revisited per round (:func:`_relocate`:
             drop one of the ``repairs`` points that explain least, put the
             best of ``repair_candidates`` candidates in its place, keep the
@@ -929,7 +989,7 @@ def pursuit_follow(
             K = particles.shape[0]
             search, search_inv, _ = msg.subset(K if config.search_particles is None else config.search_particles)
             before = active
-            z_grown, active = _grow(msg, search, search_inv, z, before, range(m_prev, m), move=False)
+            z_grown, active = _grow(msg, search, search_inv, z, before, range(m_prev, m), move=False, exact=exact_scores)
             report("grow", float(search.loss(z_grown, active)))
             fresh = ((jnp.arange(M) >= m_prev) & (jnp.arange(M) < m)).astype(dtype)
 
@@ -944,9 +1004,13 @@ def pursuit_follow(
             if not loss <= good and m - m_prev == 1:
                 # the new point may be in the wrong place: screen the next-best candidates for it with a
                 # short polish each, then polish the most promising one fully
-                _, resid, J = search.fit_grow(z, before)
+                if exact_scores:
+                    ranked = _exact_candidates(search, msg.sobol, msg.offsets, z, before, retries + 1)
+                else:
+                    _, resid, J = search.fit_grow(z, before)
+                    ranked = _top_candidates(search, msg.sobol, search_inv, msg.offsets, z, before, resid, J, retries + 1)
                 screened = []
-                for x in _top_candidates(search, msg.sobol, search_inv, msg.offsets, z, before, resid, J, retries + 1)[1:]:
+                for x in ranked[1:]:
                     z_try, loss_try = _levenberg_marquardt(msg.all, place(z_grown.at[m_prev].set(x)), active,
                                                            min(screen_iters, lm_iters), lm_floor, max_step=max_step)
                     screened.append((loss_try, len(screened), z_try))
