@@ -414,6 +414,10 @@ def test_grow_in_place_keeps_the_earlier_points_and_adds_the_best_candidate():
         np.testing.assert_array_equal(np.asarray(active), [1, 1, 1, 1, 1, 0])
         z_moved, _ = pursuit._grow(msg, search, search_inv, z, before, [4])
         assert float(jnp.max(jnp.abs(z_moved[:4] - z[:4]))) > 1e-6
+        # by exact scores (the follow attacker's default): the first of _exact_candidates, earlier points untouched
+        z_ex, _ = pursuit._grow(msg, search, search_inv, z, before, [4], move=False, exact=True)
+        np.testing.assert_array_equal(np.asarray(z_ex[:4]), np.asarray(z[:4]))
+        np.testing.assert_array_equal(np.asarray(z_ex[4]), np.asarray(pursuit._exact_candidates(search, msg.sobol, msg.offsets, z, before, 1)[0]))
 
 
 def test_ridge_fit_by_qr_equals_a_stacked_least_squares_oracle():
@@ -484,3 +488,37 @@ def test_relocate_puts_a_misplaced_earlier_point_back():
     assert metrics.matched_rmse(np.asarray(z[:6]), np.asarray(X)) < 1e-6
     assert np.all(np.asarray(z[6:]) == 0.5)  # free slots untouched
     assert metrics.matched_rmse(np.asarray(z_t[:6]), np.asarray(X)) < 1e-8
+
+
+@pytest.mark.parametrize("gap", [0.2, 3e-4])
+def test_exact_scores_equal_the_drop_of_the_exact_residual(gap):
+    """Oracle: the exact (QR, ``ridge_lm``) relative residual with and without
+    the candidate as an extra point; its score is ``1 - after / before``.
+    With a new point ``gap`` from an earlier one (3e-4: inside a cluster, as
+    BO queries near its optimum) the true point explains the whole residual
+    and :func:`_exact_candidates` ranks it first among the box candidates."""
+    with jax.enable_x64(True):
+        model, particles, X, _, grads = _case(6, seed=95)
+        X = X.at[5].set(X[4] + gap / np.sqrt(2.0))
+        size = 9
+        from pacd_jax.gp import GPData
+
+        y = jax.random.normal(jax.random.key(96), (6,), jnp.float64)
+        y = (y - y.mean()) / y.std()
+        data = GPData(jnp.zeros((size, 2)).at[:6].set(X), jnp.zeros((size,)).at[:6].set(y), jnp.arange(size) < 6)
+        grads = gmll_grads(model, particles, data)
+        cfg = pursuit.PursuitConfig(candidates=256, faces=16, search_particles=None)
+        fns = pursuit._Functions(model, cfg, jnp.asarray(model.network_coordinates()))
+        msg = pursuit._Message(fns, particles, grads, jax.random.key(0))
+        prog = msg.all
+        z = jnp.full((8, 2), 0.5).at[:6].set(X)
+        before, after = (jnp.arange(8) < 5).astype(jnp.float64), (jnp.arange(8) < 6).astype(jnp.float64)
+        cand = jnp.concatenate([X[5:6], jax.random.uniform(jax.random.key(97), (3, 2), jnp.float64)])
+        scores = np.asarray(prog.exact_scores(z, before, cand))
+        base = float(prog.loss_lm(z, before))
+        want = [1.0 - float(prog.loss_lm(z.at[5].set(x), after)) / base for x in cand]
+        ranked = pursuit._exact_candidates(prog, jnp.concatenate([msg.sobol, X[5:6]]), msg.offsets, z, before, 3)
+    np.testing.assert_allclose(scores, want, rtol=1e-6, atol=1e-9)
+    assert scores[0] > 1.0 - 1e-9 and np.all(scores[1:] < 1.0 - 1e-6)
+    np.testing.assert_array_equal(np.asarray(ranked[0]), np.asarray(X[5]))
+    assert len(np.unique(np.asarray(ranked), axis=0)) == 3
