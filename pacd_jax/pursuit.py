@@ -910,7 +910,8 @@ def pursuit_follow(
             round ends above ``repair_bar``. Once a point sits in the wrong place a later
             round never moves it back (its neighbours' polish only
             compensates), and new points then join it there. 0 (default):
-            off. Measured on the Branin run (float64): from round 60's
+            off. Measured on the Branin run (float64, candidates then
+            ranked by ``ortho_scores``): from round 60's
             saved reconstruction one move brought the misplaced query
             back (matched-RMSE ratio 0.11 to 0.011, 290 s); at round 57
             (``repairs=1``, 740 s) the best move lowered the residual
