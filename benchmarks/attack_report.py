@@ -93,6 +93,8 @@ FOLLOW = dict(converged_rtol=1e-6)
 #: with --repairs: pursuit_follow's repair_bar and repair_candidates (recorded in the report)
 REPAIR_BAR, REPAIR_CANDIDATES = 1e-28, 4
 REPAIR_KEYS = ("repairs", "repair_bar", "repair_candidates")
+#: how a round that missed its bar is retried: --start-from may go on from a run that retried otherwise
+RETRY_KEYS = ("retries", "screen")
 
 
 def progressive_config(opts=PROGRESSIVE) -> attack.ProgressiveConfig:
@@ -230,7 +232,8 @@ def main(argv=None) -> int:
                      "time_s", "cumulative_time_s")
             header = {"options": FOLLOW, "config": settings, "pad": leakage.FOLLOW_PAD, "accept": leakage.FOLLOW_ACCEPT,
                       "accept_growth": leakage.FOLLOW_ACCEPT_GROWTH, "retries": leakage.FOLLOW_RETRIES,
-                      "polish": "levenberg-marquardt", "scores": leakage.FOLLOW_SCORES, "start": "round 0, from scratch"}
+                      "polish": "levenberg-marquardt", "scores": leakage.FOLLOW_SCORES, "screen": leakage.FOLLOW_SCREEN,
+                      "start": "round 0, from scratch"}
             if args.repairs:
                 header.update(repairs=args.repairs, repair_bar=REPAIR_BAR, repair_candidates=REPAIR_CANDIDATES)
             if args.start_from:
@@ -238,7 +241,7 @@ def main(argv=None) -> int:
                 if earlier is None:
                     raise SystemExit(f"error: --start-from {args.start_from}: not a report of the same benchmark, target, seed and BO precision")
                 entries, every, resume_from, elapsed = follow_resume_point(earlier, name, header, upto=args.start_round,
-                                                                           ignore=REPAIR_KEYS)
+                                                                           ignore=REPAIR_KEYS + RETRY_KEYS)
                 if resume_from is None or every[-1]["round"] != args.start_round:
                     raise SystemExit(f"error: --start-from {args.start_from}: no saved reconstruction of round {args.start_round} "
                                      "with the same follow settings")

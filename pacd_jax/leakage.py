@@ -174,9 +174,11 @@ def progressive_entries(
 
 
 #: pursuit_follow's buffer padding, acceptance thresholds and retries as the attack command and report use them
-FOLLOW_PAD, FOLLOW_ACCEPT, FOLLOW_ACCEPT_GROWTH, FOLLOW_RETRIES = 16, 1e-27, 2.0, 8
+FOLLOW_PAD, FOLLOW_ACCEPT, FOLLOW_ACCEPT_GROWTH, FOLLOW_RETRIES = 16, 1e-27, 2.0, 24
 #: how pursuit_follow ranks a new point's candidates ("exact": pursuit_follow(exact_scores=True))
 FOLLOW_SCORES = "exact"
+#: how it screens the retries ("placed": pursuit_follow(screen_placed=True), each candidate placed alone)
+FOLLOW_SCREEN = "placed"
 
 
 def follow_entries(
@@ -215,7 +217,7 @@ def follow_entries(
     with jax.enable_x64(True):
         pursuit.pursuit_follow(model, _float64_records(records), key, config, pad=pad, accept=accept, retries=retries,
                                accept_growth=accept_growth, start=start, reference=reference,
-                               exact_scores=FOLLOW_SCORES == "exact", repairs=repairs, repair_bar=repair_bar,
+                               exact_scores=FOLLOW_SCORES == "exact", screen_placed=FOLLOW_SCREEN == "placed", repairs=repairs, repair_bar=repair_bar,
                                repair_candidates=repair_candidates, on_step=step)
     return score.entries
 
@@ -290,7 +292,7 @@ def run_leakage(
         attack_doc = {"mode": "pursuit-follow" if follow else "pursuit", **options, "precision": "float64"}
         if follow:
             attack_doc.update(pad=FOLLOW_PAD, accept=FOLLOW_ACCEPT, accept_growth=FOLLOW_ACCEPT_GROWTH, retries=FOLLOW_RETRIES, polish="levenberg-marquardt",
-                              scores=FOLLOW_SCORES)
+                              scores=FOLLOW_SCORES, screen=FOLLOW_SCREEN)
     else:
         attack_doc = {
             "mode": "paper",

@@ -170,7 +170,8 @@ def cell_key(config, target: int, rounds, attack_config, follow: bool = False) -
         from pacd_jax import leakage
 
         key["follow"] = {"pad": leakage.FOLLOW_PAD, "accept": leakage.FOLLOW_ACCEPT, "accept_growth": leakage.FOLLOW_ACCEPT_GROWTH,
-                         "retries": leakage.FOLLOW_RETRIES, "scores": leakage.FOLLOW_SCORES}
+                         "retries": leakage.FOLLOW_RETRIES, "scores": leakage.FOLLOW_SCORES,
+                         "screen": leakage.FOLLOW_SCREEN}
     return json.loads(json.dumps(key))  # tuples -> lists, as read back from the file
 
 
