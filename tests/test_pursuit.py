@@ -522,3 +522,46 @@ def test_exact_scores_equal_the_drop_of_the_exact_residual(gap):
     assert scores[0] > 1.0 - 1e-9 and np.all(scores[1:] < 1.0 - 1e-6)
     np.testing.assert_array_equal(np.asarray(ranked[0]), np.asarray(X[5]))
     assert len(np.unique(np.asarray(ranked), axis=0)) == 3
+
+
+def test_screen_by_placing_tells_the_right_candidate_by_its_placed_residual():
+    """Oracle: the true points. The earlier five are exact; the new sixth
+    query is 2e-3 from one of them (inside a cluster, as BO queries near
+    its optimum). Placing each candidate alone brings the one 3e-4 off the
+    query back to it, and every candidate that lands on the query leaves a
+    residual a million times below those stuck elsewhere; the screening
+    stops at the first candidate within ``good``."""
+    with jax.enable_x64(True):
+        model, particles, X, _, _ = _case(6, seed=95)
+        X = X.at[5].set(X[4] + 2e-3 / np.sqrt(2.0))
+        size = 9
+        from pacd_jax.gp import GPData
+
+        y = jax.random.normal(jax.random.key(96), (6,), jnp.float64)
+        y = (y - y.mean()) / y.std()
+        data = GPData(jnp.zeros((size, 2)).at[:6].set(X), jnp.zeros((size,)).at[:6].set(y), jnp.arange(size) < 6)
+        grads = gmll_grads(model, particles, data)
+        cfg = pursuit.PursuitConfig(candidates=256, faces=16, search_particles=None)
+        fns = pursuit._Functions(model, cfg, jnp.asarray(model.network_coordinates()))
+        msg = pursuit._Message(fns, particles, grads, jax.random.key(0))
+        z = jnp.full((8, 2), 0.5).at[:5].set(X[:5])
+        active = (jnp.arange(8) < 6).astype(jnp.float64)
+        fresh = (jnp.arange(8) == 5).astype(jnp.float64)
+
+        def placed(z_new):
+            return pursuit._levenberg_marquardt(msg.all, z_new, active, 20, 0.0, movable=fresh)
+
+        far = jax.random.uniform(jax.random.key(98), (3, 2), jnp.float64)
+        near = X[5] + jnp.array([3e-4, -1e-4])
+        cands = jnp.concatenate([far, near[None]])
+        out = pursuit._screen_by_placing(placed, z, 5, cands, good=0.0)
+        stopped = pursuit._screen_by_placing(placed, z, 5, cands, good=float("inf"))
+    losses = [loss for loss, _, _ in out]
+    assert [i for _, i, _ in out] == [0, 1, 2, 3] and len(stopped) == 1
+    errors = [float(np.linalg.norm(np.asarray(z_try[5]) - np.asarray(X[5]))) for _, _, z_try in out]
+    # a candidate placed onto the query leaves round-off; one stuck elsewhere leaves orders of magnitude more
+    right = [e < 1e-8 for e in errors]
+    assert right[3] and not all(right)
+    assert max(l for l, r in zip(losses, right) if r) < 1e-6 * min(l for l, r in zip(losses, right) if not r)
+    for _, _, z_try in out:
+        np.testing.assert_array_equal(np.asarray(z_try[:5]), np.asarray(X[:5]))  # the earlier points stay
