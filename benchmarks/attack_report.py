@@ -444,9 +444,12 @@ def pursuit_table(result: dict, name: str = "pursuit") -> str:
         by = attacked_by(e, meta)
         if by["commit"] != meta["commit"] or by["command"] != meta["command"]:
             runs.setdefault((by["command"], by["commit"]), []).append(e["round"])
+    start = result["variants"][name].get("start", "")
+    how = ("`--start-from`; this run's settings from the round after them, see the follow settings" if start.startswith("rounds 0-")
+           else "`--resume`; same settings")
     for (cmd, rev), kept in runs.items():
         text += (f" Rounds {', '.join(map(str, kept))} were attacked by the earlier run `{cmd}` "
-                 f"at commit `{rev}` and kept (`--resume`; same settings).")
+                 f"at commit `{rev}` and kept ({how}).")
     lines += ["", text]
     return "\n".join(lines)
 

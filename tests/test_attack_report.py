@@ -55,6 +55,11 @@ def test_table_footer_names_kept_rounds_and_the_cache():
              "variants": {"pursuit": {"rounds": [_entry(1, now)]}}}
     footer = attack_report.pursuit_table(fresh).splitlines()[-1]
     assert "BO run included" in footer and "earlier" not in footer
+    assert "(`--resume`; same settings)" in text
+    # rounds kept by --start-from ran with the earlier run's settings: the footer says so
+    started = {**result, "variants": {"pursuit": {"start": "rounds 0-5 kept from f.json (...)", "rounds": result["variants"]["pursuit"]["rounds"]}}}
+    footer = attack_report.pursuit_table(started).splitlines()[-1]
+    assert "`--start-from`" in footer and "same settings" not in footer
 
 
 def test_follow_table_adds_the_running_time():
