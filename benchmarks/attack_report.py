@@ -36,7 +36,8 @@ round, and ``--readme`` puts its table between the ``attack-follow`` markers
 
 ``--repairs N`` lets it revisit earlier points (``pursuit_follow(repairs=N)``);
 ``--start-from FILE --start-round R`` keeps rounds 0..R of an earlier follow
-report (same settings otherwise) and goes on from its round-R reconstruction,
+report (same settings but the repairs and how a missed round is retried) and goes on
+from its round-R reconstruction,
 into its own ``--out``:
 
     PYTHONPATH=. python benchmarks/attack_report.py --variants pursuit_follow --readme --repairs 1 \
