@@ -209,3 +209,18 @@ def test_follow_identifiability_picks_the_ratio_jumps_and_the_worst_matched_poin
     with pytest.raises(SystemExit) as exc:
         fi.main(["--report", str(bad), "--out", str(tmp_path / "o.json")])
     assert exc.value.code == 2 and not (tmp_path / "o.json").exists()
+
+
+def test_follow_identifiability_table_rows_and_provenance():
+    from benchmarks import follow_identifiability as fi
+
+    entry = {"round": 67, "m": 72, "ratio_before": 0.0151, "ratio": 0.0789,
+             "residual": {"truth": 5.7e-30, "attack": 1.83e-29, "alternative": 1.13e-29},
+             "matched_rmse": {"attack": 0.026, "alternative": 0.005},
+             "attack_worst_point": {"distance": 0.443, "true": [0.54, 0.106], "reconstructed": [0.424, 0.534]}}
+    result = {"entries": [entry], "report_meta": {"commit": "abc"},
+              "meta": {"command": "python x", "commit": "def", "machine": "m", "wall_time_s": 12.0}}
+    lines = fi.table(result).splitlines()
+    assert lines[2] == ("| 67 | 0.015 -> 0.079 | 5.7e-30 | 1.8e-29 | 1.1e-29 | 0.026 / 0.005 | "
+                        "(0.540, 0.106) -> (0.424, 0.534) (0.443) |")
+    assert "`python x` at commit `def`" in lines[-1] and "commit `abc`" in lines[-1]
