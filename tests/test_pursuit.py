@@ -490,6 +490,22 @@ def test_relocate_puts_a_misplaced_earlier_point_back():
     assert metrics.matched_rmse(np.asarray(z_t[:6]), np.asarray(X)) < 1e-8
 
 
+def _cluster_message(gap):
+    """Six points (float64), the sixth ``gap`` from the fifth (a cluster), and the message of their GMLL gradient."""
+    from pacd_jax.gp import GPData
+
+    model, particles, X, _, _ = _case(6, seed=95)
+    X = X.at[5].set(X[4] + gap / np.sqrt(2.0))
+    size = 9
+    y = jax.random.normal(jax.random.key(96), (6,), jnp.float64)
+    y = (y - y.mean()) / y.std()
+    data = GPData(jnp.zeros((size, 2)).at[:6].set(X), jnp.zeros((size,)).at[:6].set(y), jnp.arange(size) < 6)
+    grads = gmll_grads(model, particles, data)
+    cfg = pursuit.PursuitConfig(candidates=256, faces=16, search_particles=None)
+    fns = pursuit._Functions(model, cfg, jnp.asarray(model.network_coordinates()))
+    return X, pursuit._Message(fns, particles, grads, jax.random.key(0))
+
+
 @pytest.mark.parametrize("gap", [0.2, 3e-4])
 def test_exact_scores_equal_the_drop_of_the_exact_residual(gap):
     """Oracle: the exact (QR, ``ridge_lm``) relative residual with and without
@@ -498,18 +514,7 @@ def test_exact_scores_equal_the_drop_of_the_exact_residual(gap):
     BO queries near its optimum) the true point explains the whole residual
     and :func:`_exact_candidates` ranks it first among the box candidates."""
     with jax.enable_x64(True):
-        model, particles, X, _, grads = _case(6, seed=95)
-        X = X.at[5].set(X[4] + gap / np.sqrt(2.0))
-        size = 9
-        from pacd_jax.gp import GPData
-
-        y = jax.random.normal(jax.random.key(96), (6,), jnp.float64)
-        y = (y - y.mean()) / y.std()
-        data = GPData(jnp.zeros((size, 2)).at[:6].set(X), jnp.zeros((size,)).at[:6].set(y), jnp.arange(size) < 6)
-        grads = gmll_grads(model, particles, data)
-        cfg = pursuit.PursuitConfig(candidates=256, faces=16, search_particles=None)
-        fns = pursuit._Functions(model, cfg, jnp.asarray(model.network_coordinates()))
-        msg = pursuit._Message(fns, particles, grads, jax.random.key(0))
+        X, msg = _cluster_message(gap)
         prog = msg.all
         z = jnp.full((8, 2), 0.5).at[:6].set(X)
         before, after = (jnp.arange(8) < 5).astype(jnp.float64), (jnp.arange(8) < 6).astype(jnp.float64)
@@ -532,18 +537,7 @@ def test_screen_by_placing_tells_the_right_candidate_by_its_placed_residual():
     residual a million times below those stuck elsewhere; the screening
     stops at the first candidate within ``good``."""
     with jax.enable_x64(True):
-        model, particles, X, _, _ = _case(6, seed=95)
-        X = X.at[5].set(X[4] + 2e-3 / np.sqrt(2.0))
-        size = 9
-        from pacd_jax.gp import GPData
-
-        y = jax.random.normal(jax.random.key(96), (6,), jnp.float64)
-        y = (y - y.mean()) / y.std()
-        data = GPData(jnp.zeros((size, 2)).at[:6].set(X), jnp.zeros((size,)).at[:6].set(y), jnp.arange(size) < 6)
-        grads = gmll_grads(model, particles, data)
-        cfg = pursuit.PursuitConfig(candidates=256, faces=16, search_particles=None)
-        fns = pursuit._Functions(model, cfg, jnp.asarray(model.network_coordinates()))
-        msg = pursuit._Message(fns, particles, grads, jax.random.key(0))
+        X, msg = _cluster_message(2e-3)
         z = jnp.full((8, 2), 0.5).at[:5].set(X[:5])
         active = (jnp.arange(8) < 6).astype(jnp.float64)
         fresh = (jnp.arange(8) == 5).astype(jnp.float64)
