@@ -36,14 +36,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy.optimize import linear_sum_assignment  # noqa: E402
 
-import attack_report  # noqa: E402
+from benchmarks import attack_report  # noqa: E402
 from pacd_jax import io, leakage, methods, metrics, pursuit  # noqa: E402
 from pacd_jax.config import RunConfig  # noqa: E402
 from pacd_jax.provenance import command, commit, machine  # noqa: E402
