@@ -38,6 +38,8 @@ from pacd_jax.plotting import METHOD_COLOURS  # noqa: E402
 from pacd_jax.provenance import command, commit, machine  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
+#: The README block (``<!-- dp-utility:begin -->`` ... ``end``) that ``--readme`` rewrites.
+README_BLOCK = "dp-utility"
 DELTA = 1e-5
 FLOOR = 1e-6  # regret 0 (optimum found) drawn at this height on the log axes
 
@@ -177,9 +179,15 @@ def main(argv=None) -> int:
     parser.add_argument("--no-independent", action="store_true", help="skip the Independent baseline")
     parser.add_argument("--out", default=str(RESULTS / "dp_utility.json"))
     parser.add_argument("--table", action="store_true", help="only print the markdown table of the existing --out file")
+    parser.add_argument("--readme", nargs="?", const=str(ROOT / "README.md"), default=None, metavar="PATH",
+                        help="write the table of --out into the dp-utility block of README.md (or PATH); with --table, "
+                             "without running anything")
     args = parser.parse_args(argv)
     if args.table:
-        print(table(json.loads(Path(args.out).read_text())))
+        text = table(json.loads(Path(args.out).read_text()))
+        print(text)
+        if args.readme:
+            io.replace_marked_block(args.readme, README_BLOCK, text)
         return 0
 
     clip = args.clip
@@ -229,6 +237,9 @@ def main(argv=None) -> int:
         print(f"independent: final {result['independent']['summary']['final_regret_mean']:.4f}", flush=True)
         save()
     print(f"wrote {out} and {out.with_suffix('.png')}")
+    if args.readme:
+        io.replace_marked_block(args.readme, README_BLOCK, table(result))
+        print(f"updated the {README_BLOCK} block of {args.readme}")
     return 0
 
 
