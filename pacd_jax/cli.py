@@ -421,4 +421,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # `python -m pacd_jax.cli` runs this file as __main__; the subcommands raise
+    # pacd_jax.cli.UsageError, a different class from __main__.UsageError, so
+    # dispatch through the imported module or their one-line errors become tracebacks.
+    from pacd_jax import cli as _cli
+
+    sys.exit(_cli.main())

@@ -114,6 +114,20 @@ def test_console_script_help_and_error_exit_code(tmp_path):
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
 
 
+@pytest.mark.parametrize("args", [
+    ["privacy", "--sigmas", "0", "--operating-sigma", "8"],  # UsageError raised by a subcommand module
+    ["run", "--benchmark", "nope"],  # ValueError from the configuration
+])
+def test_python_dash_m_errors_are_one_line_too(tmp_path, args):
+    # `python -m pacd_jax.cli` (what the benchmark scripts and mpiexec use) runs cli.py as __main__;
+    # its errors must be the same one line and exit code 2 as the console script's
+    bad = subprocess.run([sys.executable, "-m", "pacd_jax.cli", *args, "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2, bad.stderr
+    assert bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr and ": error: " in bad.stderr
+    assert not (tmp_path / "o").exists()
+
+
 def test_user_task_from_the_command_line(tmp_path, capsys, monkeypatch):
     monkeypatch.syspath_prepend(str(TESTS))
     code, _, err = _run(["run", "--task", "helpers:shifted_factory", "--clients", "2", "--iters", "2", "--quiet",
