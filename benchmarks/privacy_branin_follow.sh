@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
 # The follow attacker (pursuit attack following the target through every round) against DP on
 # Branin (README "Differential privacy"; issue 7's check): sigma 0 (no DP) against the operating
-# sigma 8, seed 0, 40 rounds, followed from round 1 to 39 and scored at rounds 1, 20 and 39, BO in
-# float64 (the attack is float64 either way). Rerunning reuses finished (sigma, seed) cells; the
-# table then goes into README.md between the privacy-sweep-follow markers.
+# sigma 8, seeds 0-3, 40 rounds, followed from round 1 to 39 and scored at rounds 1, 20 and 39, BO
+# in float64 (the attack is float64 either way). Two single-threaded processes fill the (sigma,
+# seed) cells side by side; the last call reuses them all, writes the aggregate with its command,
+# commit and machine, and the table goes into README.md between the privacy-sweep-follow markers.
+# Rerunning reuses finished cells.
 # Run from the repository root:  bash benchmarks/privacy_branin_follow.sh
 set -euo pipefail
+export XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" OMP_NUM_THREADS=1
 PY=${PYTHON:-python}
 OUT=benchmarks/results/privacy_branin_follow
-"$PY" -m pacd_jax.cli privacy --attack-mode pursuit-follow --sigmas 0,8 --operating-sigma 8 --benchmark branin --seeds 0 \
-    --iters 40 --rounds 1,20,39 --clip 22.14 --x64 --out "$OUT"
+COMMON=(--attack-mode pursuit-follow --sigmas 0,8 --operating-sigma 8 --benchmark branin --iters 40
+        --rounds 1,20,39 --clip 22.14 --x64 --quiet --out "$OUT")
+"$PY" -m pacd_jax.cli privacy --seeds 0,2 "${COMMON[@]}" &
+A=$!
+"$PY" -m pacd_jax.cli privacy --seeds 1,3 "${COMMON[@]}" &
+B=$!
+wait "$A"
+wait "$B"
+"$PY" -m pacd_jax.cli privacy --seeds 0,1,2,3 "${COMMON[@]}"
 "$PY" benchmarks/privacy_readme.py "$OUT" privacy-sweep-follow
