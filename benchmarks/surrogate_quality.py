@@ -32,8 +32,8 @@ plus the data points:
   normalisation gap of the optimum (the region BO must refine).
 
 Writes JSON (with command, commit, machine) and, with ``--readme``, a table
-between the ``surrogate-quality`` markers of README.md (``--collect-only``:
-from ``--out``, computing nothing).
+between the ``surrogate-quality`` markers of README.md (``--block`` names
+another; ``--collect-only``: from ``--out``, computing nothing).
 
     XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \\
         python benchmarks/surrogate_quality.py --seeds 110,120 --out benchmarks/results/surrogate_quality.json --readme
@@ -66,6 +66,16 @@ VARIANTS = {
     "noise-6": dict(noise_prior=(-6.0, 1.0), noise_floor=1e-4),
     "feat4": dict(features=4),
     "kvar1": dict(kernel_variance=1.0),
+}
+VARIANT_NOTES = {
+    "noise-6": "noise prior N(-6, 1), floor 1e-4",
+    "feat4": "4 kernel features",
+    "kvar1": "kernel variance 1",
+}
+KIND_NOTES = {
+    "independent": "Independent BO's GP (ARD Matérn-5/2, MAP)",
+    "pacd": "PACD-BO's K-particle mixture, learned on all clients",
+    "pacd-own": "the same meta-GP learned on the client's own data alone",
 }
 NEAR = 0.05  # "near the optimum": f - f* below this share of the normalisation gap
 
@@ -101,6 +111,15 @@ def parse_models(text: str) -> list[tuple[str, str]]:
 
 def model_name(kind: str, variant: str) -> str:
     return kind if variant == "default" else f"{kind}:{variant}"
+
+
+def describe(name: str) -> str:
+    """A model's table label: its name and what it is."""
+    kind, _, variant = name.partition(":")
+    note = KIND_NOTES.get(kind, kind)
+    if variant:
+        note += f"; {VARIANT_NOTES.get(variant, variant)}"
+    return f"`{name}`: {note}"
 
 
 def collect(benchmark: str, source: str, seed: int, iters: int, clients: int, init_points: int | None) -> tuple[Dataset, tasks.TaskFamily, RunConfig]:
@@ -247,7 +266,7 @@ def table(result: dict) -> str:
         if name.startswith("_"):
             continue
         rmse = f"{s['rmse_near_median']:.3g}" if s["rmse_near_median"] is not None else "–"
-        rows.append(f"| {name} | {s['argmin_regret_mean']:.4f} ± {s['argmin_regret_std']:.4f} | "
+        rows.append(f"| {describe(name)} | {s['argmin_regret_mean']:.4f} ± {s['argmin_regret_std']:.4f} | "
                     f"{s['argmin_regret_median_client']:.4f} | {100 * s['far_share']:.0f} % | "
                     f"{s['argmin_distance_median']:.3f} | {rmse} |")
     inc = summ["_incumbent"]
@@ -282,14 +301,15 @@ def main(argv=None) -> int:
     parser.add_argument("--candidates", type=int, default=20000)
     parser.add_argument("--models", default="independent,pacd,pacd-own", help="comma-separated: independent, pacd[:variant], pacd-own[:variant]")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "surrogate_quality.json"))
-    parser.add_argument("--readme", action="store_true", help=f"put the table in README.md ({README_BLOCK} markers)")
+    parser.add_argument("--readme", action="store_true", help="put the table in README.md (between the --block markers)")
+    parser.add_argument("--block", default=README_BLOCK, help=f"README block name (default {README_BLOCK})")
     parser.add_argument("--collect-only", action="store_true", help="compute nothing: print (and with --readme write) the table of --out")
     args = parser.parse_args(argv)
     if args.collect_only:
         text = table(io.read_json(args.out))
         print(text)
         if args.readme:
-            io.replace_marked_block(ROOT / "README.md", README_BLOCK, text)
+            io.replace_marked_block(ROOT / "README.md", args.block, text)
         return 0
     try:
         models = parse_models(args.models)
@@ -311,7 +331,7 @@ def main(argv=None) -> int:
     text = table(result)
     print(text)
     if args.readme:
-        io.replace_marked_block(ROOT / "README.md", README_BLOCK, text)
+        io.replace_marked_block(ROOT / "README.md", args.block, text)
     return 0
 
 

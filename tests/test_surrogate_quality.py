@@ -70,4 +70,4 @@ def test_tiny_run_writes_scores_and_the_readme_table(tmp_path, monkeypatch):
             assert 0.0 <= c["argmin_regret"] < np.inf
     assert doc["summary"]["independent"]["per_seed"] == [np.mean([c["argmin_regret"] for c in rec["models"]["independent"]["clients"]])]
     text = readme.read_text()
-    assert "| pacd:short |" in text and "| independent |" in text and doc["meta"]["command"] in text
+    assert "| `pacd:short`: PACD-BO" in text and "| `independent`: Independent" in text and doc["meta"]["command"] in text
