@@ -66,11 +66,15 @@ VARIANTS = {
     "noise-6": dict(noise_prior=(-6.0, 1.0), noise_floor=1e-4),
     "feat4": dict(features=4),
     "kvar1": dict(kernel_variance=1.0),
+    "feat8": dict(features=8),
+    "feat4-hidden64": dict(features=4, hidden=(64, 64)),
 }
 VARIANT_NOTES = {
     "noise-6": "noise prior N(-6, 1), floor 1e-4",
     "feat4": "4 kernel features",
     "kvar1": "kernel variance 1",
+    "feat8": "8 kernel features",
+    "feat4-hidden64": "4 kernel features, hidden layers 64-64",
 }
 KIND_NOTES = {
     "independent": "Independent BO's GP (ARD Matérn-5/2, MAP)",
