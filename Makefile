@@ -38,11 +38,8 @@ run: $(STAMP)
 # graph and its numerics are unchanged; only the machine code is less tuned).
 # Tests that time or run long loops opt back in (tests/helpers.py).
 TEST_XLA_FLAGS := --xla_backend_optimization_level=0
-# The suite compiles the same programs in many processes (CLI subprocesses, MPI ranks, table
-# workers): JAX's persistent compilation cache, kept in the clone, lets them share the work.
 test: $(STAMP)
-	export PATH=$(BIN):$$PATH XLA_FLAGS="$$XLA_FLAGS $(TEST_XLA_FLAGS)" \
-	    JAX_COMPILATION_CACHE_DIR=$(CURDIR)/.cache/jax-tests JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.5; \
+	export PATH=$(BIN):$$PATH XLA_FLAGS="$$XLA_FLAGS $(TEST_XLA_FLAGS)"; \
 	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=15 || exit 1; \
 	for n in 2 3 6; do \
 	    timeout 300 $(BIN)/mpiexec -n $$n $(BIN)/python -m pytest -q -p no:cacheprovider tests/mpi || exit 1; \
