@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from helpers import SMALL
-from pacd_jax import experiment
+from pacd_jax import experiment, loop
 from pacd_jax.config import RunConfig
 
 TESTS = Path(__file__).parent
@@ -41,11 +41,6 @@ def mpirun(n, args, tmp_path, timeout=400, env=None):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=tmp_path)
 
 
-def _vmap_reference(benchmark, clients, iters, x64):
-    config = RunConfig(benchmark=benchmark, num_clients=clients, iters=iters, x64=x64, **SMALL)
-    return experiment.run(config)
-
-
 def _compare(mpi_doc, vmap_doc, rtol, atol):
     worst = 0.0
     for rm, rv in zip(mpi_doc["results"], vmap_doc["results"]):
@@ -57,31 +52,29 @@ def _compare(mpi_doc, vmap_doc, rtol, atol):
     return worst
 
 
-# each transport (one MPI_Gather; a direct message per client) gives the vmap backend's run
-@pytest.mark.parametrize("benchmark,transport", [("branin", "gather"), ("hartmann6", "p2p")])
-def test_float64_equivalence_with_vmap_backend(tmp_path, benchmark, transport):
-    iters = 10
+def _vmap_reference(benchmark, clients, iters, x64, **changes):
+    config = RunConfig(benchmark=benchmark, num_clients=clients, iters=iters, x64=x64, **{**SMALL, **changes})
+    return experiment.run(config)
+
+
+# each transport (one MPI_Gather; a direct message per client) gives the vmap backend's run.
+# Branin starts from 28 points and runs 22 rounds: capacity 50, so the rounds switch from 32
+# to 50 rows (loop.row_sizes) on the client ranks, with the round's messages inside the
+# switched branch; Hartmann-6 keeps one row count (10 + 10 points).
+@pytest.mark.parametrize("benchmark,transport,init_points,iters", [("branin", "gather", 28, 22), ("hartmann6", "p2p", None, 10)])
+def test_float64_equivalence_with_vmap_backend(tmp_path, benchmark, transport, init_points, iters):
+    extra = ["--init-points", str(init_points)] if init_points else []
     proc = mpirun(3, ["--benchmark", benchmark, "--clients", "2", "--iters", str(iters), "--x64", "--share-results",
-                      "--transport", transport, "--out", "out", *SMALL_CLI], tmp_path)
+                      "--transport", transport, "--out", "out", *extra, *SMALL_CLI], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     mpi_doc = json.loads((tmp_path / "out" / "run.json").read_text())
-    vmap_doc = _vmap_reference(benchmark, 2, iters, True)
+    vmap_doc = _vmap_reference(benchmark, 2, iters, True, init_points=init_points)
     assert mpi_doc["backend"] == "mpi" and vmap_doc["backend"] == "vmap"
     assert mpi_doc["config"]["transport"] == transport
+    if init_points:  # the run did cross from one row count to the next
+        assert len(loop.row_sizes(init_points + iters)) == 2 and init_points < loop.row_sizes(init_points + iters)[0]
     worst = _compare(mpi_doc, vmap_doc, rtol=1e-8, atol=1e-12)
     print(f"{benchmark}: largest relative difference of a queried coordinate after {iters} rounds: {worst:.2e}")
-
-
-def test_float64_equivalence_across_row_counts(tmp_path):
-    """43 rounds: capacity 48, so the rounds switch from 32 to 48 rows (loop.row_sizes) on the
-    client ranks, with the round's messages inside the switched branch."""
-    iters = 43
-    proc = mpirun(3, ["--benchmark", "sinusoid", "--clients", "2", "--iters", str(iters), "--x64", "--share-results",
-                      "--out", "out", *SMALL_CLI], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    mpi_doc = json.loads((tmp_path / "out" / "run.json").read_text())
-    vmap_doc = _vmap_reference("sinusoid", 2, iters, True)
-    _compare(mpi_doc, vmap_doc, rtol=1e-8, atol=1e-12)
 
 
 def test_float32_equivalence_within_stated_tolerance(tmp_path):

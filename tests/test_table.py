@@ -35,14 +35,7 @@ def check_schema(doc):
     assert doc["meta"]["missing_cells"] == [] and doc["meta"]["failed_cells"] == []
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    out = tmp_path_factory.mktemp("table_jobs2")
-    assert cli.main([*GRID, "--jobs", "2", "--quiet", "--out", str(out)]) == 0
-    return out
-
-
-def test_reduced_grid_files_and_schema(uninterrupted):
+def _check_reduced_grid_files(uninterrupted):
     doc = json.loads((uninterrupted / "table.json").read_text())
     check_schema(doc)
     md = (uninterrupted / "table.md").read_text()
@@ -83,8 +76,14 @@ def _run_and_interrupt(cmd, env, out):
     return proc.returncode, err_path.read_text()
 
 
-def test_interrupted_then_resumed_equals_uninterrupted_and_jobs_do_not_matter(uninterrupted, tmp_path):
-    # --jobs 1, Ctrl-C after the first cell, then the same command again
+def test_reduced_grid_files_and_schema_then_interrupted_resumed_equals_uninterrupted(tmp_path):
+    """One test, so that the reference grid runs once under pytest-xdist (a module
+    fixture is built again in every worker that runs one of its tests)."""
+    uninterrupted = tmp_path / "table_jobs2"
+    assert cli.main([*GRID, "--jobs", "2", "--quiet", "--out", str(uninterrupted)]) == 0
+    _check_reduced_grid_files(uninterrupted)
+
+    # --jobs 1, Ctrl-C after the first cell, then the same command again: jobs do not matter
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for attempt in range(3):
         out = tmp_path / f"attempt{attempt}"
