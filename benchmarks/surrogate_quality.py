@@ -67,6 +67,8 @@ VARIANTS = {
     "kvar1": dict(kernel_variance=1.0),
     "feat8": dict(features=8),
     "feat4-hidden64": dict(features=4, hidden=(64, 64)),
+    "xkern": dict(input_kernel=True),
+    "xkern-feat4": dict(input_kernel=True, features=4),
 }
 VARIANT_NOTES = {
     "noise-6": "noise prior N(-6, 1), floor 1e-4",
@@ -74,6 +76,8 @@ VARIANT_NOTES = {
     "kvar1": "kernel variance 1",
     "feat8": "8 kernel features",
     "feat4-hidden64": "4 kernel features, hidden layers 64-64",
+    "xkern": "feature kernel times an ARD SE kernel on the inputs",
+    "xkern-feat4": "4 kernel features, times an ARD SE kernel on the inputs",
 }
 KIND_NOTES = {
     "independent": "Independent BO's GP (ARD Matérn-5/2, MAP)",

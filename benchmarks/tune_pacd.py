@@ -50,6 +50,8 @@ VARIANTS = {
     "pf0.1": dict(prior_factor=0.1),
     "noise-1": dict(noise_prior=(-1.0, 1.0)),
     "feat4": dict(features=4),
+    "xkern": dict(input_kernel=True),
+    "xkern-feat4": dict(input_kernel=True, features=4),
     "floor1e-4": dict(noise_floor=1e-4),
     "noise-8-floor1e-5": dict(noise_prior=(-8.0, 1.0), noise_floor=1e-5),
     "noise-6-floor1e-4": dict(noise_prior=(-6.0, 1.0), noise_floor=1e-4),

@@ -112,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     meta.add_argument("--noise-prior", type=_float_pair, default=list(defaults.noise_prior), metavar="MEAN,STD",
                       help="Gaussian hyper-prior of the raw noise, softplus(raw) + floor = noise variance (default -4,1)")
     meta.add_argument("--noise-floor", type=_float, default=defaults.noise_floor, help="noise variance floor (default %(default)s)")
+    meta.add_argument("--input-kernel", action="store_true",
+                      help="multiply the feature kernel by an ARD SE kernel on the inputs (learned lengthscales; default off, eq. 5)")
     meta.add_argument("--svgd-steps", type=_nonneg_int, default=defaults.svgd_steps, help="SVGD steps per round (default %(default)s)")
     meta.add_argument("--svgd-steps-init", type=_nonneg_int, default=defaults.svgd_steps_init, help="SVGD steps in round 0 (default %(default)s)")
     meta.add_argument("--lr", type=_float, default=defaults.learning_rate, help="Adam learning rate (default %(default)s)")
@@ -227,6 +229,7 @@ def _config_from_args(args):
         kernel_variance=args.kernel_variance,
         noise_prior=tuple(args.noise_prior),
         noise_floor=args.noise_floor,
+        input_kernel=args.input_kernel,
         svgd_steps=args.svgd_steps,
         svgd_steps_init=args.svgd_steps_init,
         learning_rate=args.lr,

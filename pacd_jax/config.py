@@ -47,7 +47,9 @@ class RunConfig:
             5 for d <= 2, 10 otherwise), noise_std (None: the family's default).
     Meta-learner (DESIGN.md section 3):
         num_particles K, hidden, features, kernel_variance, learn_lengthscale,
-        noise_prior (mean, std of the raw noise), noise_floor,
+        noise_prior (mean, std of the raw noise), noise_floor, input_kernel
+        (multiply eq. 5's feature kernel by an ARD SE kernel on the inputs,
+        see :class:`pacd_jax.gp.MetaGPConfig`),
         svgd_steps per round (svgd_steps_init in round 0), learning_rate
         (Adam), prior_factor, meta_lambda (None: N).
     Acquisition:
@@ -90,6 +92,7 @@ class RunConfig:
     learn_lengthscale: bool = True
     noise_prior: tuple[float, float] = (-4.0, 1.0)
     noise_floor: float = 1e-3
+    input_kernel: bool = False
     svgd_steps: int = 50
     svgd_steps_init: int = 500
     learning_rate: float = 1e-2
@@ -149,6 +152,8 @@ class RunConfig:
         _check_float("kernel_variance", self.kernel_variance, 0.0)
         if not isinstance(self.learn_lengthscale, bool):
             raise ValueError(f"learn_lengthscale must be a bool, got {self.learn_lengthscale!r}")
+        if not isinstance(self.input_kernel, bool):
+            raise ValueError(f"input_kernel must be a bool, got {self.input_kernel!r}")
         noise_prior = tuple(self.noise_prior)
         if len(noise_prior) != 2:
             raise ValueError(f"noise_prior must be (mean, std), got {self.noise_prior!r}")

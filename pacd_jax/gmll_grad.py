@@ -6,7 +6,8 @@ readable reference the tests compare against. This module writes the whole
 backward pass out by hand, batched over particles, in the shapes that XLA's
 CPU backend runs fastest (measured with ``bench/svgd_step.py``):
 
-* forward: the two tanh MLPs (mean and kernel features, paper eq. 5), the
+* forward: the two tanh MLPs (mean and kernel features, paper eq. 5; with
+  ``input_kernel`` the scaled inputs ``x / l_x`` join the features), the
   Gram matrix ``K = s exp(-1/2 |h_i - h_j|^2) + sigma^2 I`` on the valid rows,
   its Cholesky factor and inverse by blocked matrix products
   (:mod:`pacd_jax.linalg`), ``a = K^-1 (y - m)``;
@@ -124,6 +125,11 @@ def gmll_grads(model: "MetaGP", particles: Array, data: "GPData", jitter: float)
         h = feat_out / scale[:, None, :]
     else:
         h = feat_out
+    num_feat = h.shape[-1]
+    if cfg.input_kernel:
+        # the stationary ARD factor: the scaled inputs are F+1..F+d more features
+        in_scale = jax.nn.softplus(params["input_lengthscale_raw"])  # (K, d)
+        h = jnp.concatenate([h, x[None, :, :] / in_scale[:, None, :]], axis=-1)
 
     # K_ij = s exp(-1/2 sum_f (h_if - h_jf)^2), one elementwise pass per feature
     d2 = jnp.zeros(particles.shape[:1] + (size, size), particles.dtype)
@@ -154,6 +160,13 @@ def gmll_grads(model: "MetaGP", particles: Array, data: "GPData", jitter: float)
         "mean": _as_dense_tree(_mlp_backward(mean_layers, x, mean_acts, alpha[..., None])),
         "noise_raw": (d_noise * jax.nn.sigmoid(params["noise_raw"][:, 0]))[:, None],
     }
+    if cfg.input_kernel:
+        # h_x = x / l_x: d/dl_x = -sum_m d_h h_x / l_x (as for the feature lengthscales below)
+        d_hx, h_x = d_h[..., num_feat:], h[..., num_feat:]
+        grads["input_lengthscale_raw"] = (
+            -jnp.sum(d_hx * h_x, axis=1) / in_scale * jax.nn.sigmoid(params["input_lengthscale_raw"])
+        )
+        d_h, h = d_h[..., :num_feat], h[..., :num_feat]
     if cfg.learn_lengthscale:
         # h = h_raw / l: d/dh_raw = d_h / l, d/dl = -sum_m d_h h / l
         grads["features"] = _as_dense_tree(_mlp_backward(feat_layers, x, feat_acts, d_h / scale[:, None, :]))

@@ -246,6 +246,15 @@ class MetaGPConfig:
             noisy regression tasks but keeps the BO surrogate from
             interpolating nearly noise-free objectives.
         noise_floor: the noise variance is ``softplus(raw) + noise_floor``.
+        input_kernel: also give the SE kernel the (network-standardised)
+            inputs themselves, each over its own learned lengthscale:
+            ``k = s exp(-1/2 ||(h(x)-h(x'))/l||^2 - 1/2 ||(x-x')/l_x||^2)``,
+            the product of eq. 5's feature kernel and a stationary ARD SE
+            kernel, ``l_x = softplus(raw_x)`` (one per input dimension). The
+            feature map alone can only shorten the kernel's reach where the
+            tanh network is steep; the ARD factor lets the prior interpolate
+            dense local data as a plain GP does. Off by default (eq. 5).
+        input_lengthscale_prior: (mean, std) of the raw input lengthscales.
         standardise_inputs: feed the networks ``(x - 1/2) * sqrt(12)``, the
             unit box standardised to zero mean and unit variance under a
             uniform design, as PACOH standardises its inputs; the GP data and
@@ -263,6 +272,8 @@ class MetaGPConfig:
     noise_prior: tuple[float, float] = (-4.0, 1.0)
     noise_floor: float = 1e-3
     standardise_inputs: bool = True
+    input_kernel: bool = False
+    input_lengthscale_prior: tuple[float, float] = (0.0, 1.0)
 
     def __post_init__(self):
         if not isinstance(self.dim, int) or self.dim < 1:
@@ -275,7 +286,9 @@ class MetaGPConfig:
             value = getattr(self, name)
             if not (np.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be positive and finite, got {value!r}")
-        for name in ("lengthscale_prior", "noise_prior"):
+        if not isinstance(self.input_kernel, bool):
+            raise ValueError(f"input_kernel must be a bool, got {self.input_kernel!r}")
+        for name in ("lengthscale_prior", "noise_prior", "input_lengthscale_prior"):
             mean, std = getattr(self, name)
             if not (np.isfinite(mean) and np.isfinite(std) and std > 0):
                 raise ValueError(f"{name} must be (mean, std>0), got {getattr(self, name)!r}")
@@ -302,6 +315,8 @@ class MetaGP:
         }
         if config.learn_lengthscale:
             template["lengthscale_raw"] = jnp.zeros((config.features,), jnp.float32)
+        if config.input_kernel:
+            template["input_lengthscale_raw"] = jnp.zeros((config.dim,), jnp.float32)
         leaves, self._treedef = jax.tree_util.tree_flatten(template)
         self._shapes = tuple(leaf.shape for leaf in leaves)
         self._offsets = tuple(int(o) for o in np.cumsum([0] + [leaf.size for leaf in leaves]))
@@ -319,6 +334,8 @@ class MetaGP:
                 mean, std = cfg.noise_prior
             elif names[0] == "lengthscale_raw":
                 mean, std = cfg.lengthscale_prior
+            elif names[0] == "input_lengthscale_raw":
+                mean, std = cfg.input_lengthscale_prior
             elif names[-1] == "kernel":  # flax's name for a Dense weight matrix
                 mean, std = 0.0, cfg.weight_prior_std
             elif names[-1] == "bias":
@@ -400,11 +417,17 @@ class MetaGP:
         return self._mean_net.apply({"params": params["mean"]}, self._net_input(X))[..., 0]
 
     def features(self, phi: Array, X: Array) -> Array:
-        """Scaled kernel features ``h_phi(X) / l``, ``(..., d) -> (..., F)``."""
+        """Scaled kernel features ``h_phi(X) / l``, ``(..., d) -> (..., F)``.
+
+        With ``input_kernel`` the scaled inputs ``x / l_x`` follow, ``(..., F + d)``.
+        """
         params = self.unravel(phi)
-        h = self._feature_net.apply({"params": params["features"]}, self._net_input(X))
+        x = self._net_input(X)
+        h = self._feature_net.apply({"params": params["features"]}, x)
         if self.config.learn_lengthscale:
             h = h / jax.nn.softplus(params["lengthscale_raw"])
+        if self.config.input_kernel:
+            h = jnp.concatenate([h, x / jax.nn.softplus(params["input_lengthscale_raw"])], axis=-1)
         return h
 
     def network_outputs(self, phi: Array, X: Array) -> Array:

@@ -72,6 +72,7 @@ def meta_gp(config: RunConfig, dim: int) -> MetaGP:
             learn_lengthscale=config.learn_lengthscale,
             noise_prior=config.noise_prior,
             noise_floor=config.noise_floor,
+            input_kernel=config.input_kernel,
         )
     )
 
