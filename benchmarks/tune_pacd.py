@@ -28,6 +28,7 @@ from pacd_jax.provenance import command, commit, machine  # noqa: E402
 VARIANTS = {
     "indep": dict(method="independent"),
     "indep-kappa1": dict(method="independent", kappa=1.0),
+    "indep-rbf": dict(method="independent", gp_kernel="rbf"),
     "pacd-default": dict(),
     "kappa0.5": dict(kappa=0.5),
     "kappa1": dict(kappa=1.0),

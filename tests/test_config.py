@@ -34,6 +34,7 @@ from pacd_jax.coordinator import MetaObjective
         ({"num_refine": 5000}, "num_refine must be in"),
         ({"gp_kernel": "periodic"}, "unknown gp_kernel"),
         ({"x64": "yes"}, "x64 must be a bool"),
+        ({"input_kernel": 1}, "input_kernel must be a bool"),
         ({"svgd_steps": True}, "svgd_steps must be an integer"),
     ],
 )

@@ -34,6 +34,8 @@ def _reference(model, particles, data):
         (dict(dim=3, hidden=(8,), learn_lengthscale=False), 11, 12),  # one hidden layer, fixed lengthscale
         (dict(dim=2, hidden=(8, 8, 8), kernel_variance=1.0), 10, 10),  # three hidden layers
         (dict(dim=20, hidden=(8, 8)), 12, 15),  # d above the row-sum first layer: einsum path
+        (dict(dim=3, input_kernel=True), 9, 13),  # times an ARD SE kernel on the inputs
+        (dict(dim=2, input_kernel=True, learn_lengthscale=False), 8, 8),
     ],
 )
 def test_matches_autodiff_in_float64(config, m, capacity):

@@ -190,3 +190,33 @@ def test_config_validation():
         MetaGPConfig(dim=1, kernel_variance=-1.0)
     with pytest.raises(ValueError, match="hidden"):
         MetaGPConfig(dim=1, hidden=(32, 0))
+
+
+@pytest.mark.parametrize("learn_ls", [True, False])
+def test_input_kernel_is_the_feature_kernel_times_an_ard_se_kernel(learn_ls):
+    """``input_kernel``: k = s exp(-1/2 |dh/l|^2) * exp(-1/2 |dx/l_x|^2), written out in float64 numpy."""
+    with jax.enable_x64(True):
+        plain = MetaGP(MetaGPConfig(dim=3, learn_lengthscale=learn_ls))
+        model = MetaGP(MetaGPConfig(dim=3, learn_lengthscale=learn_ls, input_kernel=True))
+        assert model.num_params == plain.num_params + 3
+        phi = model.sample_hyperprior(jax.random.key(5), 1)[0]
+        params = model.unravel(phi)
+        # the same networks without the input lengthscales
+        phi_plain = plain.ravel({k: v for k, v in params.items() if k != "input_lengthscale_raw"})
+        X = np.asarray(jax.random.uniform(jax.random.key(6), (7, 3), jnp.float64))
+        _, k_feat = plain.prior_moments(phi_plain, jnp.asarray(X))
+        scale = np.log1p(np.exp(np.asarray(params["input_lengthscale_raw"])))
+        z = (X - 0.5) * np.sqrt(12.0) / scale  # the networks' standardised inputs
+        ard = np.exp(-0.5 * ((z[:, None, :] - z[None, :, :]) ** 2).sum(-1))
+        mean, kxx = model.prior_moments(phi, jnp.asarray(X))
+        np.testing.assert_allclose(np.asarray(kxx), np.asarray(k_feat) * ard, rtol=1e-12)
+        np.testing.assert_allclose(np.asarray(mean), np.asarray(plain.mean(phi_plain, jnp.asarray(X))), rtol=1e-12)
+        # hyper-prior of the new coordinates: the configured N(mean, std)
+        index = np.asarray(model.unravel(jnp.arange(model.num_params))["input_lengthscale_raw"])
+        np.testing.assert_array_equal(model.hyperprior_mean[index], 0.0)
+        np.testing.assert_array_equal(model.hyperprior_std[index], 1.0)
+
+
+def test_input_kernel_must_be_a_bool():
+    with pytest.raises(ValueError, match="input_kernel must be a bool"):
+        MetaGPConfig(dim=2, input_kernel=1)
