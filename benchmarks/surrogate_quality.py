@@ -69,6 +69,8 @@ VARIANTS = {
     "feat4-hidden64": dict(features=4, hidden=(64, 64)),
     "xkern": dict(input_kernel=True),
     "xkern-feat4": dict(input_kernel=True, features=4),
+    "matern": dict(feature_kernel="matern52"),
+    "matern-xkern": dict(feature_kernel="matern52", input_kernel=True),
 }
 VARIANT_NOTES = {
     "noise-6": "noise prior N(-6, 1), floor 1e-4",
@@ -78,6 +80,8 @@ VARIANT_NOTES = {
     "feat4-hidden64": "4 kernel features, hidden layers 64-64",
     "xkern": "feature kernel times an ARD SE kernel on the inputs",
     "xkern-feat4": "4 kernel features, times an ARD SE kernel on the inputs",
+    "matern": "Matérn-5/2 on the features",
+    "matern-xkern": "Matérn-5/2 on the features and the scaled inputs",
 }
 KIND_NOTES = {
     "independent": "Independent BO's GP (ARD Matérn-5/2, MAP)",

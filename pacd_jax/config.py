@@ -49,7 +49,8 @@ class RunConfig:
         num_particles K, hidden, features, kernel_variance, learn_lengthscale,
         noise_prior (mean, std of the raw noise), noise_floor, input_kernel
         (multiply eq. 5's feature kernel by an ARD SE kernel on the inputs,
-        see :class:`pacd_jax.gp.MetaGPConfig`),
+        see :class:`pacd_jax.gp.MetaGPConfig`), feature_kernel (``se`` as in
+        eq. 5, or ``matern52``, on the scaled feature distance),
         svgd_steps per round (svgd_steps_init in round 0), learning_rate
         (Adam), prior_factor, meta_lambda (None: N).
     Acquisition:
@@ -93,6 +94,7 @@ class RunConfig:
     noise_prior: tuple[float, float] = (-4.0, 1.0)
     noise_floor: float = 1e-3
     input_kernel: bool = False
+    feature_kernel: str = "se"
     svgd_steps: int = 50
     svgd_steps_init: int = 500
     learning_rate: float = 1e-2
@@ -154,6 +156,8 @@ class RunConfig:
             raise ValueError(f"learn_lengthscale must be a bool, got {self.learn_lengthscale!r}")
         if not isinstance(self.input_kernel, bool):
             raise ValueError(f"input_kernel must be a bool, got {self.input_kernel!r}")
+        if self.feature_kernel not in ("se", "matern52"):
+            raise ValueError(f"unknown feature_kernel {self.feature_kernel!r}; choose se or matern52")
         noise_prior = tuple(self.noise_prior)
         if len(noise_prior) != 2:
             raise ValueError(f"noise_prior must be (mean, std), got {self.noise_prior!r}")

@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 
 from pacd_jax import linalg
+from pacd_jax.gp import feature_kernel, feature_kernel_weight
 
 if TYPE_CHECKING:  # pragma: no cover
     from pacd_jax.gp import GPData, MetaGP
@@ -136,7 +137,7 @@ def gmll_grads(model: "MetaGP", particles: Array, data: "GPData", jitter: float)
     for f in range(h.shape[-1]):
         diff = h[:, :, None, f] - h[:, None, :, f]
         d2 = d2 + diff * diff
-    kxx = cfg.kernel_variance * jnp.exp(-0.5 * d2)
+    kxx = feature_kernel(d2, cfg.kernel_variance, cfg.kernel)
     noise = jax.nn.softplus(params["noise_raw"][:, 0]) + cfg.noise_floor
     gram = jnp.where(valid, kxx + (noise + jitter)[:, None, None] * eye, eye)
 
@@ -150,9 +151,9 @@ def gmll_grads(model: "MetaGP", particles: Array, data: "GPData", jitter: float)
     alpha = alpha + jnp.einsum("kij,kj->ki", gram_inv, resid - jnp.einsum("kij,kj->ki", gram, alpha))
     g = 0.5 * (alpha[:, :, None] * alpha[:, None, :] - gram_inv)
 
-    # through the SE kernel: d/dh_if = 2 sum_j G_ij K_ij (h_jf - h_if)
-    # (differences first: sum_j G_ij K_ij h_j - h_i sum_j G_ij K_ij cancels badly in float32)
-    gk = g * kxx
+    # through the kernel: d/dh_if = 2 sum_j G_ij w_ij (h_jf - h_if), w = -2 dk/d(d2) (= K for SE)
+    # (differences first: sum_j G_ij w_ij h_j - h_i sum_j G_ij w_ij cancels badly in float32)
+    gk = g * feature_kernel_weight(d2, kxx, cfg.kernel_variance, cfg.kernel)
     d_h = 2.0 * jnp.sum(gk[..., None] * (h[:, None, :, :] - h[:, :, None, :]), axis=-2)
     d_noise = jnp.sum(jnp.where(mask, jnp.diagonal(g, axis1=-2, axis2=-1), 0.0), axis=-1)
 

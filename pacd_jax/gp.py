@@ -225,6 +225,43 @@ class MLP(nn.Module):
         return nn.Dense(self.out)(x)
 
 
+#: Stationary kernels of the (scaled) feature distance, ``k = s * kappa(|h - h'|^2)``.
+FEATURE_KERNELS = ("se", "matern52")
+
+_SQRT5 = math.sqrt(5.0)
+
+
+def _safe_sqrt(d2: Array) -> Array:
+    """``sqrt(d2)`` whose autodiff gradient is 0, not NaN, at ``d2 = 0`` (coincident points contribute no gradient)."""
+    positive = d2 > 0
+    return jnp.where(positive, jnp.sqrt(jnp.where(positive, d2, 1.0)), 0.0)
+
+
+def feature_kernel(d2: Array, variance: float, kind: str = "se") -> Array:
+    """``k(d2)`` of the squared scaled feature distance ``d2 = |h - h'|^2``.
+
+    ``se``: ``s exp(-d2 / 2)`` (paper eq. 5). ``matern52``: ``s (1 + sqrt5 r +
+    5/3 r^2) exp(-sqrt5 r)``, ``r = sqrt(d2)``, the Matérn-5/2 kernel that the
+    Independent baseline's GP uses on the inputs (twice differentiable sample
+    paths rather than infinitely smooth ones).
+    """
+    if kind == "se":
+        return variance * jnp.exp(-0.5 * d2)
+    r = _safe_sqrt(d2)
+    return variance * (1.0 + _SQRT5 * r + (5.0 / 3.0) * d2) * jnp.exp(-_SQRT5 * r)
+
+
+def feature_kernel_weight(d2: Array, kxx: Array, variance: float, kind: str = "se") -> Array:
+    """``w = -2 dk/d(d2)``, so that ``dk(h_i, h_j)/dh_i = -w (h_i - h_j)`` (for the hand-written GMLL gradient).
+
+    ``se``: ``w = k``; ``matern52``: ``w = 5/3 s (1 + sqrt5 r) exp(-sqrt5 r)``, finite at ``r = 0``.
+    """
+    if kind == "se":
+        return kxx
+    r = _safe_sqrt(d2)
+    return variance * (5.0 / 3.0) * (1.0 + _SQRT5 * r) * jnp.exp(-_SQRT5 * r)
+
+
 @dataclasses.dataclass(frozen=True)
 class MetaGPConfig:
     """Options of the meta-learned GP prior (DESIGN.md section 3).
@@ -255,6 +292,8 @@ class MetaGPConfig:
             tanh network is steep; the ARD factor lets the prior interpolate
             dense local data as a plain GP does. Off by default (eq. 5).
         input_lengthscale_prior: (mean, std) of the raw input lengthscales.
+        kernel: ``se`` (paper eq. 5) or ``matern52``, the stationary kernel
+            applied to the scaled feature distance (see :func:`feature_kernel`).
         standardise_inputs: feed the networks ``(x - 1/2) * sqrt(12)``, the
             unit box standardised to zero mean and unit variance under a
             uniform design, as PACOH standardises its inputs; the GP data and
@@ -274,6 +313,7 @@ class MetaGPConfig:
     standardise_inputs: bool = True
     input_kernel: bool = False
     input_lengthscale_prior: tuple[float, float] = (0.0, 1.0)
+    kernel: str = "se"
 
     def __post_init__(self):
         if not isinstance(self.dim, int) or self.dim < 1:
@@ -288,6 +328,8 @@ class MetaGPConfig:
                 raise ValueError(f"{name} must be positive and finite, got {value!r}")
         if not isinstance(self.input_kernel, bool):
             raise ValueError(f"input_kernel must be a bool, got {self.input_kernel!r}")
+        if self.kernel not in FEATURE_KERNELS:
+            raise ValueError(f"unknown kernel {self.kernel!r}; choose one of {', '.join(FEATURE_KERNELS)}")
         for name in ("lengthscale_prior", "noise_prior", "input_lengthscale_prior"):
             mean, std = getattr(self, name)
             if not (np.isfinite(mean) and np.isfinite(std) and std > 0):
@@ -454,9 +496,9 @@ class MetaGP:
         return jax.nn.softplus(raw) + self.config.noise_floor
 
     def kernel_from_features(self, h1: Array, h2: Array) -> Array:
-        """``s exp(-1/2 ||h1 - h2||^2)`` for ``(A, F)`` and ``(B, F)`` -> ``(A, B)``."""
+        """``s exp(-1/2 ||h1 - h2||^2)`` (or the Matérn-5/2 form) for ``(A, F)`` and ``(B, F)`` -> ``(A, B)``."""
         diff = h1[:, None, :] - h2[None, :, :]
-        return self.config.kernel_variance * jnp.exp(-0.5 * jnp.sum(diff * diff, axis=-1))
+        return feature_kernel(jnp.sum(diff * diff, axis=-1), self.config.kernel_variance, self.config.kernel)
 
     def prior_moments(self, phi: Array, X: Array) -> tuple[Array, Array]:
         """``(m_phi(X), k_phi(X, X))`` for ``X`` of shape ``(M, d)``."""

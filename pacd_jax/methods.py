@@ -73,6 +73,7 @@ def meta_gp(config: RunConfig, dim: int) -> MetaGP:
             noise_prior=config.noise_prior,
             noise_floor=config.noise_floor,
             input_kernel=config.input_kernel,
+            kernel=config.feature_kernel,
         )
     )
 
