@@ -59,15 +59,15 @@ def test_run_writes_run_json_with_the_documented_schema(tmp_path, capsys):
     assert "final normalised regret" in out and "client2" in out
 
 
-def test_input_kernel_flag_reaches_the_model(tmp_path, capsys):
-    """``--input-kernel`` is recorded and adds one input lengthscale per dimension to every message."""
+def test_kernel_flags_reach_the_model(tmp_path, capsys):
+    """``--input-kernel`` and ``--feature-kernel`` are recorded; the first adds one input lengthscale per dimension to every message."""
     from pacd_jax.gp import MetaGP, MetaGPConfig
 
-    code, _, err = _run(["run", "--benchmark", "branin", "--clients", "2", "--iters", "2", "--input-kernel",
+    code, _, err = _run(["run", "--benchmark", "branin", "--clients", "2", "--iters", "2", "--input-kernel", "--feature-kernel", "matern52",
                          "--quiet", "--out", str(tmp_path), *SMALL_ARGS], capsys)
     assert code == 0, err
     doc = json.loads((tmp_path / "run.json").read_text())
-    assert doc["config"]["input_kernel"] is True
+    assert doc["config"]["input_kernel"] is True and doc["config"]["feature_kernel"] == "matern52"
     expected = MetaGP(MetaGPConfig(dim=2, hidden=(8, 8), input_kernel=True)).num_params
     assert doc["communication"]["message_shape"] == [3, expected]
     assert expected == MetaGP(MetaGPConfig(dim=2, hidden=(8, 8))).num_params + 2

@@ -36,6 +36,8 @@ def _reference(model, particles, data):
         (dict(dim=20, hidden=(8, 8)), 12, 15),  # d above the row-sum first layer: einsum path
         (dict(dim=3, input_kernel=True), 9, 13),  # times an ARD SE kernel on the inputs
         (dict(dim=2, input_kernel=True, learn_lengthscale=False), 8, 8),
+        (dict(dim=3, kernel="matern52"), 10, 14),  # Matérn-5/2 on the features
+        (dict(dim=2, kernel="matern52", input_kernel=True), 9, 9),
     ],
 )
 def test_matches_autodiff_in_float64(config, m, capacity):

@@ -220,3 +220,27 @@ def test_input_kernel_is_the_feature_kernel_times_an_ard_se_kernel(learn_ls):
 def test_input_kernel_must_be_a_bool():
     with pytest.raises(ValueError, match="input_kernel must be a bool"):
         MetaGPConfig(dim=2, input_kernel=1)
+
+
+@pytest.mark.parametrize("input_kernel", [False, True])
+def test_matern_feature_kernel_matches_sklearn(input_kernel):
+    """``kernel="matern52"``: s * scikit-learn's Matern(nu=2.5, length_scale=1) of the scaled features."""
+    from sklearn.gaussian_process.kernels import Matern
+
+    with jax.enable_x64(True):
+        model = MetaGP(MetaGPConfig(dim=2, kernel="matern52", input_kernel=input_kernel))
+        phi = model.sample_hyperprior(jax.random.key(7), 1)[0]
+        X = jax.random.uniform(jax.random.key(8), (9, 2), jnp.float64)
+        X = X.at[4].set(X[2])  # coincident points: k = s, and the gradient stays finite
+        h = np.asarray(model.features(phi, X))
+        assert h.shape == (9, 2 + 2 * input_kernel)
+        _, kxx = model.prior_moments(phi, X)
+        oracle = model.config.kernel_variance * Matern(length_scale=1.0, nu=2.5)(h)
+        np.testing.assert_allclose(np.asarray(kxx), oracle, rtol=1e-12, atol=1e-15)
+        data = GPData(X, jnp.sin(4.0 * X.sum(-1)), gp.make_mask(9, 9))
+        assert bool(jnp.all(jnp.isfinite(model.gmll_grad(phi, data))))
+
+
+def test_unknown_feature_kernel():
+    with pytest.raises(ValueError, match="unknown kernel 'laplace'"):
+        MetaGPConfig(dim=2, kernel="laplace")
