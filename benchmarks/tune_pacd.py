@@ -5,6 +5,11 @@ runs 5 clients x 30 rounds on the seeds given; one line per (variant,
 benchmark) with the mean, std and per-seed client-averaged final normalised
 regret and AUC. Results go to ``--out`` (JSON with command, commit, machine).
 
+``--collect FILE [FILE ...]`` computes nothing: it reads result files and
+prints (with ``--readme``, writes into README.md's ``--block``) one table row
+per (variant, benchmark, seeds), with the per-seed comparison against the
+``indep`` cell of the same benchmark and seeds where one of the files has it.
+
     XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \
         python benchmarks/tune_pacd.py --variants indep,pacd-default,kappa1.5 --benchmarks branin --seeds 100,106
 """
@@ -68,6 +73,39 @@ VARIANTS = {
 }
 
 
+def collect_table(docs: list[dict]) -> str:
+    """Markdown table of every cell in ``docs`` (tune_pacd result files), with provenance lines."""
+    cells = []  # (variant, bench, seeds, cell, meta)
+    for doc in docs:
+        seeds = tuple(doc["meta"]["seeds"])
+        for key, cell in doc["cells"].items():
+            variant, bench = key.split("/")
+            cells.append((variant, bench, seeds, cell, doc["meta"]))
+    indep = {(b, s): np.asarray(c["per_seed_final_regret"]) for v, b, s, c, _ in cells if v == "indep"}
+    lines = [
+        "| variant | benchmark | seeds | final regret, mean ± std | median seed | seeds below Independent BO | AUC (first 10 %) | commit |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    order = sorted(cells, key=lambda c: (c[1], c[2], c[0] != "indep", c[0] != "pacd-default", c[0]))
+    for variant, bench, seeds, cell, meta in order:
+        per = np.asarray(cell["per_seed_final_regret"])
+        ref = indep.get((bench, seeds))
+        below = "—" if ref is None or variant == "indep" else f"{int(np.sum(per < ref))} of {len(per)}"
+        lines.append(
+            f"| `{variant}` | {bench} | {seeds[0]}-{seeds[-1]} | {per.mean():.4f} ± {per.std():.4f} | {np.median(per):.4f} "
+            f"| {below} | {np.mean(cell['per_seed_auc']):.3f} | `{meta['commit']}` |"
+        )
+    lines.append("")
+    lines.append("5 clients, 30 rounds, single-threaded XLA; mean and median over seeds of the client-averaged final normalised regret. Commands:")
+    lines.append("")
+    for command_line in sorted({c[4]["command"] for c in cells}):
+        lines.append(f"- `{command_line}`")
+    machines = sorted({c[4]["machine"] for c in cells})
+    lines.append("")
+    lines.append(f"Machine: {'; '.join(machines)}. Table by `python benchmarks/tune_pacd.py --collect FILES --readme`.")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variants", default="indep,pacd-default", help=f"comma-separated of {','.join(VARIANTS)}")
@@ -75,7 +113,16 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", default="100,106", help="half-open range START,STOP (default 100,106); must avoid 0-9")
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--out", default=None, help="JSON output (optional)")
+    parser.add_argument("--collect", nargs="+", metavar="FILE", help="only tabulate these result files")
+    parser.add_argument("--readme", action="store_true", help="with --collect: write the table into README.md")
+    parser.add_argument("--block", default="tune-kernels", help="README block name (default %(default)s)")
     args = parser.parse_args(argv)
+    if args.collect:
+        text = collect_table([io.read_json(f) for f in args.collect])
+        print(text)
+        if args.readme:
+            io.replace_marked_block(ROOT / "README.md", args.block, text)
+        return 0
     start, stop = (int(v) for v in args.seeds.split(","))
     seeds = tuple(range(start, stop))
     if set(seeds) & set(range(10)):

@@ -1,0 +1,54 @@
+"""benchmarks/tune_pacd.py --collect: the table's statistics against hand computation, and the README block."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import tune_pacd  # noqa: E402
+
+
+def _doc(cells, seeds, commit="abc1234"):
+    meta = {"command": f"python benchmarks/tune_pacd.py --variants {','.join(cells)}", "commit": commit,
+            "machine": "test machine", "seeds": seeds}
+    return {"cells": cells, "meta": meta}
+
+
+def test_collect_table_rows_follow_the_files(tmp_path):
+    rng = np.random.default_rng(0)
+    indep, xkern, other = rng.uniform(0, 0.01, 6), rng.uniform(0, 0.01, 6), rng.uniform(0, 0.01, 3)
+    cell = lambda per: {"per_seed_final_regret": per.tolist(), "per_seed_auc": (per + 0.5).tolist(), "wall_time_s": 1.0}
+    docs = [
+        _doc({"indep/branin": cell(indep)}, list(range(110, 116))),
+        _doc({"xkern/branin": cell(xkern)}, list(range(110, 116)), commit="def5678"),
+        _doc({"xkern/branin": cell(other)}, [200, 201, 202]),  # other seeds: no Independent cell to compare with
+    ]
+    lines = tune_pacd.collect_table(docs).splitlines()
+    rows = {tuple(c.strip() for c in line.strip("|").split("|")[:3]): line for line in lines if line.startswith("| `")}
+    row = rows[("`xkern`", "branin", "110-115")]
+    assert f"{xkern.mean():.4f} ± {xkern.std():.4f}" in row and f"{np.median(xkern):.4f}" in row
+    assert f"| {int(np.sum(xkern < indep))} of 6 |" in row and f"{np.mean(xkern + 0.5):.3f}" in row and "`def5678`" in row
+    assert "| — |" in rows[("`xkern`", "branin", "200-202")] and "| — |" in rows[("`indep`", "branin", "110-115")]
+    assert lines[2].startswith("| `indep` | branin | 110-115")  # Independent BO first within its seeds
+
+
+def test_collect_writes_the_readme_block(tmp_path, monkeypatch, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text("head\n<!-- tune-kernels:begin -->\nold\n<!-- tune-kernels:end -->\ntail\n")
+    monkeypatch.setattr(tune_pacd, "ROOT", tmp_path)
+    files = []
+    for name, per in (("indep", [0.1, 0.2]), ("pacd-default", [0.3, 0.05])):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(_doc({f"{name}/sinusoid": {"per_seed_final_regret": per, "per_seed_auc": per}}, [110, 111])))
+        files.append(str(path))
+    assert tune_pacd.main(["--collect", *files, "--readme"]) == 0
+    text = readme.read_text()
+    assert text.startswith("head\n") and text.endswith("tail\n") and "old" not in text
+    assert "| `pacd-default` | sinusoid | 110-111 | 0.1750 ± 0.1250 | 0.1750 | 1 of 2 |" in text
+    assert "| `pacd-default` | sinusoid" in capsys.readouterr().out
