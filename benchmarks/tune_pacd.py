@@ -73,8 +73,8 @@ VARIANTS = {
 }
 
 
-def collect_table(docs: list[dict]) -> str:
-    """Markdown table of every cell in ``docs`` (tune_pacd result files), with provenance lines."""
+def collect_table(docs: list[dict], files: list[str] | None = None) -> str:
+    """Markdown table of every cell in ``docs`` (tune_pacd result files, read from ``files``), with provenance lines."""
     cells = []  # (variant, bench, seeds, cell, meta)
     for doc in docs:
         seeds = tuple(doc["meta"]["seeds"])
@@ -102,7 +102,8 @@ def collect_table(docs: list[dict]) -> str:
         lines.append(f"- `{command_line}`")
     machines = sorted({c[4]["machine"] for c in cells})
     lines.append("")
-    lines.append(f"Machine: {'; '.join(machines)}. Table by `python benchmarks/tune_pacd.py --collect FILES --readme`.")
+    names = " ".join(files) if files else "FILES"
+    lines.append(f"Machine: {'; '.join(machines)}. Table by `python benchmarks/tune_pacd.py --collect {names} --readme`.")
     return "\n".join(lines)
 
 
@@ -118,7 +119,7 @@ def main(argv=None) -> int:
     parser.add_argument("--block", default="tune-kernels", help="README block name (default %(default)s)")
     args = parser.parse_args(argv)
     if args.collect:
-        text = collect_table([io.read_json(f) for f in args.collect])
+        text = collect_table([io.read_json(f) for f in args.collect], args.collect)
         print(text)
         if args.readme:
             io.replace_marked_block(ROOT / "README.md", args.block, text)
