@@ -58,6 +58,8 @@ VARIANTS = {
     "feat4": dict(features=4),
     "xkern": dict(input_kernel=True),
     "xkern-feat4": dict(input_kernel=True, features=4),
+    "xkern-floor1e-4": dict(input_kernel=True, noise_floor=1e-4),
+    "xkern-floor1e-4-noise-6": dict(input_kernel=True, noise_floor=1e-4, noise_prior=(-6.0, 1.0)),
     "matern": dict(feature_kernel="matern52"),
     "matern-xkern": dict(feature_kernel="matern52", input_kernel=True),
     "matern-feat4": dict(feature_kernel="matern52", features=4),
