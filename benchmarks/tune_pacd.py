@@ -67,6 +67,8 @@ VARIANTS = {
     "noise-8-floor1e-5": dict(noise_prior=(-8.0, 1.0), noise_floor=1e-5),
     "noise-6-floor1e-4": dict(noise_prior=(-6.0, 1.0), noise_floor=1e-4),
     "kvar1": dict(kernel_variance=1.0),
+    "kvar0.2": dict(kernel_variance=0.2),
+    "kvar0.05": dict(kernel_variance=0.05),
     "particles5": dict(num_particles=5),
     "particles20": dict(num_particles=20),
     "x64": dict(x64=True),
