@@ -110,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     meta.add_argument("--features", type=_positive_int, default=defaults.features, help="kernel feature dimension F (default %(default)s)")
     meta.add_argument("--kernel-variance", type=_float, default=defaults.kernel_variance, help="kernel output scale s (default %(default)s, paper eq. 5)")
     meta.add_argument("--noise-prior", type=_float_pair, default=list(defaults.noise_prior), metavar="MEAN,STD",
-                      help="Gaussian hyper-prior of the raw noise, softplus(raw) + floor = noise variance (default -4,1)")
+                      help="Gaussian hyper-prior of the raw noise, softplus(raw) + floor = noise variance "
+                           "(default -4,1; write --noise-prior=-6,1 for a negative mean)")
     meta.add_argument("--noise-floor", type=_float, default=defaults.noise_floor, help="noise variance floor (default %(default)s)")
     meta.add_argument("--input-kernel", action="store_true",
                       help="multiply the feature kernel by an ARD SE kernel on the inputs (learned lengthscales; default off, eq. 5)")
