@@ -81,7 +81,7 @@ def _float_pair(text: str) -> list[float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pacd_jax.config import BACKENDS, METHODS, TRANSPORTS, RunConfig
+    from pacd_jax.config import BACKENDS, FEATURE_KERNELS, METHODS, TRANSPORTS, RunConfig
 
     defaults = RunConfig()
     parser = _Parser(prog="pacd-bo", description="Privacy-aware collaborative and distributed Bayesian optimisation.")
@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     meta.add_argument("--noise-floor", type=_float, default=defaults.noise_floor, help="noise variance floor (default %(default)s)")
     meta.add_argument("--input-kernel", action="store_true",
                       help="multiply the feature kernel by an ARD SE kernel on the inputs (learned lengthscales; default off, eq. 5)")
-    meta.add_argument("--feature-kernel", choices=("se", "matern52"), default=defaults.feature_kernel,
+    meta.add_argument("--feature-kernel", choices=FEATURE_KERNELS, default=defaults.feature_kernel,
                       help="stationary kernel on the scaled feature distance (default %(default)s, eq. 5)")
     meta.add_argument("--svgd-steps", type=_nonneg_int, default=defaults.svgd_steps, help="SVGD steps per round (default %(default)s)")
     meta.add_argument("--svgd-steps-init", type=_nonneg_int, default=defaults.svgd_steps_init, help="SVGD steps in round 0 (default %(default)s)")

@@ -10,6 +10,8 @@ import numpy as np
 
 METHODS = ("pacd", "pacoh", "independent", "cboc-u", "cboc-l")
 BACKENDS = ("vmap", "mpi")
+#: Stationary kernels of the meta-GP's scaled feature distance (:func:`pacd_jax.gp.feature_kernel`).
+FEATURE_KERNELS = ("se", "matern52")
 TRANSPORTS = ("gather", "p2p")
 BAD_VALUE_POLICIES = ("stop", "skip")
 BENCHMARKS = ("sinusoid", "branin", "hartmann6", "wingweight")
@@ -156,8 +158,8 @@ class RunConfig:
             raise ValueError(f"learn_lengthscale must be a bool, got {self.learn_lengthscale!r}")
         if not isinstance(self.input_kernel, bool):
             raise ValueError(f"input_kernel must be a bool, got {self.input_kernel!r}")
-        if self.feature_kernel not in ("se", "matern52"):
-            raise ValueError(f"unknown feature_kernel {self.feature_kernel!r}; choose se or matern52")
+        if self.feature_kernel not in FEATURE_KERNELS:
+            raise ValueError(f"unknown feature_kernel {self.feature_kernel!r}; choose one of {', '.join(FEATURE_KERNELS)}")
         noise_prior = tuple(self.noise_prior)
         if len(noise_prior) != 2:
             raise ValueError(f"noise_prior must be (mean, std), got {self.noise_prior!r}")
