@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from pacd_jax import experiment, io  # noqa: E402
 from pacd_jax.provenance import command, commit, machine  # noqa: E402
 from pacd_jax.config import RunConfig  # noqa: E402
-from pacd_jax.table import _setting as table_setting  # noqa: E402
+from pacd_jax.table import parse_setting  # noqa: E402
 
 
 def table(doc: dict) -> str:
@@ -68,7 +68,7 @@ def main(argv=None) -> int:
     parser.add_argument("--readme-block", default="compare-methods",
                         help="README block (between <!-- NAME:begin/end --> comments) that receives the table")
     parser.add_argument("--render", metavar="FILE", help="run nothing: put FILE's table into the README block")
-    parser.add_argument("--set", dest="settings", type=table_setting, action="append", default=[], metavar="KEY=VALUE",
+    parser.add_argument("--set", dest="settings", type=parse_setting, action="append", default=[], metavar="KEY=VALUE",
                         help="override a run option of every cell, as pacd-bo table --set (repeatable)")
     args = parser.parse_args(argv)
     settings = dict(args.settings)

@@ -482,7 +482,8 @@ def _csv(choices: Sequence[str]):
     return parse
 
 
-def _setting(text: str) -> tuple[str, object]:
+def parse_setting(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` of ``--set`` -> ``(key, value)``: KEY a run option, VALUE parsed as JSON (lists become tuples) or kept as text."""
     import argparse
     import dataclasses
 
@@ -520,7 +521,7 @@ def add_parser(sub) -> None:
     seeds.add_argument("--seed-list", type=_int_list, help="comma-separated seeds")
     p.add_argument("--iters", type=_positive_int, default=100, help="BO rounds T (default %(default)s)")
     p.add_argument("--clients", type=_positive_int, default=5, help="clients N (default %(default)s)")
-    p.add_argument("--set", dest="settings", type=_setting, action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--set", dest="settings", type=parse_setting, action="append", default=[], metavar="KEY=VALUE",
                    help="override a run option of every cell, e.g. --set svgd_steps=20 (repeatable; names as in run.json's config)")
     p.add_argument("--jobs", type=_positive_int, default=1, help="worker processes, one single-threaded cell each (default %(default)s)")
     p.add_argument("--x64", action="store_true", help="compute in float64")
