@@ -117,6 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="multiply the feature kernel by an ARD SE kernel on the inputs (learned lengthscales; default off, eq. 5)")
     meta.add_argument("--feature-kernel", choices=FEATURE_KERNELS, default=defaults.feature_kernel,
                       help="stationary kernel on the scaled feature distance (default %(default)s, eq. 5)")
+    meta.add_argument("--learn-outputscale", action="store_true",
+                      help="learn the kernel output scale per particle, prior log-normal around --kernel-variance (default off, eq. 5)")
     meta.add_argument("--svgd-steps", type=_nonneg_int, default=defaults.svgd_steps, help="SVGD steps per round (default %(default)s)")
     meta.add_argument("--svgd-steps-init", type=_nonneg_int, default=defaults.svgd_steps_init, help="SVGD steps in round 0 (default %(default)s)")
     meta.add_argument("--lr", type=_float, default=defaults.learning_rate, help="Adam learning rate (default %(default)s)")
@@ -234,6 +236,7 @@ def _config_from_args(args):
         noise_floor=args.noise_floor,
         input_kernel=args.input_kernel,
         feature_kernel=args.feature_kernel,
+        learn_outputscale=args.learn_outputscale,
         svgd_steps=args.svgd_steps,
         svgd_steps_init=args.svgd_steps_init,
         learning_rate=args.lr,

@@ -53,6 +53,8 @@ class RunConfig:
         (multiply eq. 5's feature kernel by an ARD SE kernel on the inputs,
         see :class:`pacd_jax.gp.MetaGPConfig`), feature_kernel (``se`` as in
         eq. 5, or ``matern52``, on the scaled feature distance),
+        learn_outputscale (learn the kernel's output scale per particle,
+        centred on kernel_variance),
         svgd_steps per round (svgd_steps_init in round 0), learning_rate
         (Adam), prior_factor, meta_lambda (None: N).
     Acquisition:
@@ -97,6 +99,7 @@ class RunConfig:
     noise_floor: float = 1e-3
     input_kernel: bool = False
     feature_kernel: str = "se"
+    learn_outputscale: bool = False
     svgd_steps: int = 50
     svgd_steps_init: int = 500
     learning_rate: float = 1e-2
@@ -156,8 +159,9 @@ class RunConfig:
         _check_float("kernel_variance", self.kernel_variance, 0.0)
         if not isinstance(self.learn_lengthscale, bool):
             raise ValueError(f"learn_lengthscale must be a bool, got {self.learn_lengthscale!r}")
-        if not isinstance(self.input_kernel, bool):
-            raise ValueError(f"input_kernel must be a bool, got {self.input_kernel!r}")
+        for name in ("input_kernel", "learn_outputscale"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.feature_kernel not in FEATURE_KERNELS:
             raise ValueError(f"unknown feature_kernel {self.feature_kernel!r}; choose one of {', '.join(FEATURE_KERNELS)}")
         noise_prior = tuple(self.noise_prior)

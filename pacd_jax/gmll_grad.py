@@ -8,7 +8,8 @@ CPU backend runs fastest (measured with ``bench/svgd_step.py``):
 
 * forward: the two tanh MLPs (mean and kernel features, paper eq. 5; with
   ``input_kernel`` the scaled inputs ``x / l_x`` join the features), the
-  Gram matrix ``K = s exp(-1/2 |h_i - h_j|^2) + sigma^2 I`` on the valid rows,
+  Gram matrix ``K = s exp(-1/2 |h_i - h_j|^2) + sigma^2 I`` on the valid rows
+  (``s`` fixed, or learned per particle with ``learn_outputscale``),
   its Cholesky factor and inverse by blocked matrix products
   (:mod:`pacd_jax.linalg`), ``a = K^-1 (y - m)``;
 * the GP part in closed form (DESIGN.md section 3):
@@ -137,7 +138,11 @@ def gmll_grads(model: "MetaGP", particles: Array, data: "GPData", jitter: float)
     for f in range(h.shape[-1]):
         diff = h[:, :, None, f] - h[:, None, :, f]
         d2 = d2 + diff * diff
-    kxx = feature_kernel(d2, cfg.kernel_variance, cfg.kernel)
+    if cfg.learn_outputscale:
+        variance = cfg.kernel_variance * jnp.exp(params["outputscale_raw"])[:, :, None]  # (K, 1, 1)
+    else:
+        variance = cfg.kernel_variance
+    kxx = feature_kernel(d2, variance, cfg.kernel)
     noise = jax.nn.softplus(params["noise_raw"][:, 0]) + cfg.noise_floor
     gram = jnp.where(valid, kxx + (noise + jitter)[:, None, None] * eye, eye)
 
@@ -153,7 +158,7 @@ def gmll_grads(model: "MetaGP", particles: Array, data: "GPData", jitter: float)
 
     # through the kernel: d/dh_if = 2 sum_j G_ij w_ij (h_jf - h_if), w = -2 dk/d(d2) (= K for SE)
     # (differences first: sum_j G_ij w_ij h_j - h_i sum_j G_ij w_ij cancels badly in float32)
-    gk = g * feature_kernel_weight(d2, kxx, cfg.kernel_variance, cfg.kernel)
+    gk = g * feature_kernel_weight(d2, kxx, variance, cfg.kernel)
     d_h = 2.0 * jnp.sum(gk[..., None] * (h[:, None, :, :] - h[:, :, None, :]), axis=-2)
     d_noise = jnp.sum(jnp.where(mask, jnp.diagonal(g, axis1=-2, axis2=-1), 0.0), axis=-1)
 
@@ -161,6 +166,9 @@ def gmll_grads(model: "MetaGP", particles: Array, data: "GPData", jitter: float)
         "mean": _as_dense_tree(_mlp_backward(mean_layers, x, mean_acts, alpha[..., None])),
         "noise_raw": (d_noise * jax.nn.sigmoid(params["noise_raw"][:, 0]))[:, None],
     }
+    if cfg.learn_outputscale:
+        # k = s k_1 with s = s_0 exp(raw): d/draw = sum_ij G_ij K_ij on the valid block
+        grads["outputscale_raw"] = jnp.sum(jnp.where(valid, g * kxx, 0.0), axis=(-2, -1))[:, None]
     if cfg.input_kernel:
         # h_x = x / l_x: d/dl_x = -sum_m d_h h_x / l_x (as for the feature lengthscales below)
         d_hx, h_x = d_h[..., num_feat:], h[..., num_feat:]

@@ -236,7 +236,7 @@ def _safe_sqrt(d2: Array) -> Array:
     return jnp.where(positive, jnp.sqrt(jnp.where(positive, d2, 1.0)), 0.0)
 
 
-def feature_kernel(d2: Array, variance: float, kind: str = "se") -> Array:
+def feature_kernel(d2: Array, variance: Array | float, kind: str = "se") -> Array:
     """``k(d2)`` of the squared scaled feature distance ``d2 = |h - h'|^2``.
 
     ``se``: ``s exp(-d2 / 2)`` (paper eq. 5). ``matern52``: ``s (1 + sqrt5 r +
@@ -250,7 +250,7 @@ def feature_kernel(d2: Array, variance: float, kind: str = "se") -> Array:
     return variance * (1.0 + _SQRT5 * r + (5.0 / 3.0) * d2) * jnp.exp(-_SQRT5 * r)
 
 
-def feature_kernel_weight(d2: Array, kxx: Array, variance: float, kind: str = "se") -> Array:
+def feature_kernel_weight(d2: Array, kxx: Array, variance: Array | float, kind: str = "se") -> Array:
     """``w = -2 dk/d(d2)``, so that ``dk(h_i, h_j)/dh_i = -w (h_i - h_j)`` (for the hand-written GMLL gradient).
 
     ``se``: ``w = k``; ``matern52``: ``w = 5/3 s (1 + sqrt5 r) exp(-sqrt5 r)``, finite at ``r = 0``.
@@ -292,6 +292,12 @@ class MetaGPConfig:
             its own in input space, as a plain GP has. Off by default
             (eq. 5; measured in the README's "PACD-BO vs Independent BO").
         input_lengthscale_prior: (mean, std) of the raw input lengthscales.
+        learn_outputscale: learn the kernel's output scale per particle,
+            ``s = kernel_variance * exp(raw_s)``, as the Independent baseline's
+            GP learns its outputscale; ``kernel_variance`` is then the prior's
+            centre. Off by default (eq. 5 fixes s).
+        outputscale_prior: (mean, std) of ``raw_s`` (default N(0, 1): s within
+            a factor e of ``kernel_variance`` at one standard deviation).
         kernel: ``se`` (paper eq. 5) or ``matern52``, the stationary kernel
             applied to the scaled feature distance (see :func:`feature_kernel`).
         standardise_inputs: feed the networks ``(x - 1/2) * sqrt(12)``, the
@@ -313,6 +319,8 @@ class MetaGPConfig:
     standardise_inputs: bool = True
     input_kernel: bool = False
     input_lengthscale_prior: tuple[float, float] = (0.0, 1.0)
+    learn_outputscale: bool = False
+    outputscale_prior: tuple[float, float] = (0.0, 1.0)
     kernel: str = "se"
 
     def __post_init__(self):
@@ -326,11 +334,12 @@ class MetaGPConfig:
             value = getattr(self, name)
             if not (np.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be positive and finite, got {value!r}")
-        if not isinstance(self.input_kernel, bool):
-            raise ValueError(f"input_kernel must be a bool, got {self.input_kernel!r}")
+        for name in ("input_kernel", "learn_outputscale"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.kernel not in FEATURE_KERNELS:
             raise ValueError(f"unknown kernel {self.kernel!r}; choose one of {', '.join(FEATURE_KERNELS)}")
-        for name in ("lengthscale_prior", "noise_prior", "input_lengthscale_prior"):
+        for name in ("lengthscale_prior", "noise_prior", "input_lengthscale_prior", "outputscale_prior"):
             mean, std = getattr(self, name)
             if not (np.isfinite(mean) and np.isfinite(std) and std > 0):
                 raise ValueError(f"{name} must be (mean, std>0), got {getattr(self, name)!r}")
@@ -359,6 +368,8 @@ class MetaGP:
             template["lengthscale_raw"] = jnp.zeros((config.features,), jnp.float32)
         if config.input_kernel:
             template["input_lengthscale_raw"] = jnp.zeros((config.dim,), jnp.float32)
+        if config.learn_outputscale:
+            template["outputscale_raw"] = jnp.zeros((1,), jnp.float32)
         leaves, self._treedef = jax.tree_util.tree_flatten(template)
         self._shapes = tuple(leaf.shape for leaf in leaves)
         self._offsets = tuple(int(o) for o in np.cumsum([0] + [leaf.size for leaf in leaves]))
@@ -378,6 +389,8 @@ class MetaGP:
                 mean, std = cfg.lengthscale_prior
             elif names[0] == "input_lengthscale_raw":
                 mean, std = cfg.input_lengthscale_prior
+            elif names[0] == "outputscale_raw":
+                mean, std = cfg.outputscale_prior
             elif names[-1] == "kernel":  # flax's name for a Dense weight matrix
                 mean, std = 0.0, cfg.weight_prior_std
             elif names[-1] == "bias":
@@ -495,15 +508,27 @@ class MetaGP:
         raw = self.unravel(phi)["noise_raw"][0]
         return jax.nn.softplus(raw) + self.config.noise_floor
 
-    def kernel_from_features(self, h1: Array, h2: Array) -> Array:
-        """``s exp(-1/2 ||h1 - h2||^2)`` (or the Matérn-5/2 form) for ``(A, F)`` and ``(B, F)`` -> ``(A, B)``."""
+    def outputscale(self, phi: Array) -> Array:
+        """The kernel's output scale ``s``: ``kernel_variance``, times ``exp(raw_s)`` when learned (batched)."""
+        s = jnp.asarray(self.config.kernel_variance, phi.dtype)
+        if self.config.learn_outputscale:
+            s = s * jnp.exp(self.unravel(phi)["outputscale_raw"][..., 0])
+        return s
+
+    def kernel_from_features(self, h1: Array, h2: Array, variance: Array | float | None = None) -> Array:
+        """``s exp(-1/2 ||h1 - h2||^2)`` (or the Matérn-5/2 form) for ``(A, F)`` and ``(B, F)`` -> ``(A, B)``.
+
+        ``variance`` is the output scale ``s`` (default ``kernel_variance``;
+        pass :meth:`outputscale` of the particle when it is learned).
+        """
         diff = h1[:, None, :] - h2[None, :, :]
-        return feature_kernel(jnp.sum(diff * diff, axis=-1), self.config.kernel_variance, self.config.kernel)
+        s = self.config.kernel_variance if variance is None else variance
+        return feature_kernel(jnp.sum(diff * diff, axis=-1), s, self.config.kernel)
 
     def prior_moments(self, phi: Array, X: Array) -> tuple[Array, Array]:
         """``(m_phi(X), k_phi(X, X))`` for ``X`` of shape ``(M, d)``."""
         h = self.features(phi, X)
-        return self.mean(phi, X), self.kernel_from_features(h, h)
+        return self.mean(phi, X), self.kernel_from_features(h, h, self.outputscale(phi))
 
     # -- GMLL (eq. 6) and posterior (eq. 8-9) -------------------------------
     def gmll(self, phi: Array, data: GPData, jitter: float = DEFAULT_JITTER) -> Array:
@@ -524,8 +549,9 @@ class MetaGP:
     def predict(self, post: "MetaPosterior", X_test: Array) -> tuple[Array, Array]:
         """Latent posterior mean and variance of one particle at ``(T, d)`` test points."""
         h_test = self.features(post.phi, X_test)
-        k_cross = self.kernel_from_features(post.features, h_test)
-        k_diag = jnp.full(X_test.shape[:1], self.config.kernel_variance, X_test.dtype)
+        s = self.outputscale(post.phi)
+        k_cross = self.kernel_from_features(post.features, h_test, s)
+        k_diag = jnp.full(X_test.shape[:1], s, X_test.dtype)
         return posterior_from_cache(post.cache, post.mask, self.mean(post.phi, X_test), k_cross, k_diag)
 
     def predict_mixture(self, posts: "MetaPosterior", X_test: Array) -> tuple[Array, Array]:

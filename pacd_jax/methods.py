@@ -74,6 +74,7 @@ def meta_gp(config: RunConfig, dim: int) -> MetaGP:
             noise_floor=config.noise_floor,
             input_kernel=config.input_kernel,
             kernel=config.feature_kernel,
+            learn_outputscale=config.learn_outputscale,
         )
     )
 

@@ -60,17 +60,18 @@ def test_run_writes_run_json_with_the_documented_schema(tmp_path, capsys):
 
 
 def test_kernel_flags_reach_the_model(tmp_path, capsys):
-    """``--input-kernel`` and ``--feature-kernel`` are recorded; the first adds one input lengthscale per dimension to every message."""
+    """``--input-kernel``, ``--feature-kernel`` and ``--learn-outputscale`` are recorded; they add one input lengthscale per dimension and one output scale to every message."""
     from pacd_jax.gp import MetaGP, MetaGPConfig
 
     code, _, err = _run(["run", "--benchmark", "branin", "--clients", "2", "--iters", "2", "--input-kernel", "--feature-kernel", "matern52",
-                         "--quiet", "--out", str(tmp_path), *SMALL_ARGS], capsys)
+                         "--learn-outputscale", "--quiet", "--out", str(tmp_path), *SMALL_ARGS], capsys)
     assert code == 0, err
     doc = json.loads((tmp_path / "run.json").read_text())
     assert doc["config"]["input_kernel"] is True and doc["config"]["feature_kernel"] == "matern52"
-    expected = MetaGP(MetaGPConfig(dim=2, hidden=(8, 8), input_kernel=True)).num_params
+    assert doc["config"]["learn_outputscale"] is True
+    expected = MetaGP(MetaGPConfig(dim=2, hidden=(8, 8), input_kernel=True, learn_outputscale=True)).num_params
     assert doc["communication"]["message_shape"] == [3, expected]
-    assert expected == MetaGP(MetaGPConfig(dim=2, hidden=(8, 8))).num_params + 2
+    assert expected == MetaGP(MetaGPConfig(dim=2, hidden=(8, 8))).num_params + 2 + 1
     assert np.isfinite(doc["summary"]["final_regret_mean"])
 
 

@@ -35,6 +35,7 @@ from pacd_jax.coordinator import MetaObjective
         ({"gp_kernel": "periodic"}, "unknown gp_kernel"),
         ({"x64": "yes"}, "x64 must be a bool"),
         ({"input_kernel": 1}, "input_kernel must be a bool"),
+        ({"learn_outputscale": "yes"}, "learn_outputscale must be a bool"),
         ({"feature_kernel": "laplace"}, "unknown feature_kernel 'laplace'"),
         ({"svgd_steps": True}, "svgd_steps must be an integer"),
     ],

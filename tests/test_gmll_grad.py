@@ -38,6 +38,8 @@ def _reference(model, particles, data):
         (dict(dim=2, input_kernel=True, learn_lengthscale=False), 8, 8),
         (dict(dim=3, kernel="matern52"), 10, 14),  # Matérn-5/2 on the features
         (dict(dim=2, kernel="matern52", input_kernel=True), 9, 9),
+        (dict(dim=2, learn_outputscale=True), 9, 13),  # learned output scale, padded
+        (dict(dim=3, kernel="matern52", learn_outputscale=True, input_kernel=True), 10, 10),
     ],
 )
 def test_matches_autodiff_in_float64(config, m, capacity):

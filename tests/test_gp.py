@@ -217,6 +217,42 @@ def test_input_kernel_is_the_feature_kernel_times_an_ard_se_kernel(learn_ls):
         np.testing.assert_array_equal(model.hyperprior_std[index], 1.0)
 
 
+@pytest.mark.parametrize("kind", ["se", "matern52"])
+def test_learned_outputscale_scales_prior_and_posterior(kind):
+    """``learn_outputscale``: k = s0 exp(raw_s) k_1 with k_1 the fixed-scale kernel; the posterior is scipy's GP regression."""
+    with jax.enable_x64(True):
+        plain = MetaGP(MetaGPConfig(dim=2, kernel=kind))
+        model = MetaGP(MetaGPConfig(dim=2, kernel=kind, learn_outputscale=True, outputscale_prior=(0.3, 0.7)))
+        assert model.num_params == plain.num_params + 1
+        phi = model.sample_hyperprior(jax.random.key(9), 1)[0]
+        params = model.unravel(phi)
+        phi_plain = plain.ravel({k: v for k, v in params.items() if k != "outputscale_raw"})
+        s = plain.config.kernel_variance * np.exp(float(params["outputscale_raw"][0]))
+        X = jax.random.uniform(jax.random.key(10), (8, 2), jnp.float64)
+        _, k_plain = plain.prior_moments(phi_plain, X)
+        mean, kxx = model.prior_moments(phi, X)
+        np.testing.assert_allclose(np.asarray(kxx), s / plain.config.kernel_variance * np.asarray(k_plain), rtol=1e-12)
+        assert float(model.outputscale(phi)) == pytest.approx(s, rel=1e-12)
+        # posterior at test points: the textbook GP formulas in numpy with the scaled kernel
+        Xt = jax.random.uniform(jax.random.key(11), (5, 2), jnp.float64)
+        y = jnp.cos(3.0 * X.sum(-1))
+        data = GPData(X, y, gp.make_mask(8, 8))
+        mu, var = model.predict(model.posterior(phi, data), Xt)
+        both = jnp.concatenate([X, Xt])
+        m_all, k_all = model.prior_moments(phi, both)
+        m_all, k_all = np.asarray(m_all), np.asarray(k_all)
+        noise = float(model.noise_variance(phi)) + gp.DEFAULT_JITTER
+        K = k_all[:8, :8] + noise * np.eye(8)
+        ks = k_all[:8, 8:]
+        mu_ref = m_all[8:] + ks.T @ np.linalg.solve(K, np.asarray(y) - m_all[:8])
+        var_ref = np.diag(k_all[8:, 8:]) - np.einsum("ij,ij->j", ks, np.linalg.solve(K, ks))
+        np.testing.assert_allclose(np.asarray(mu), mu_ref, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(var), var_ref, rtol=1e-8, atol=1e-12)
+        # hyper-prior of the new coordinate: the configured N(mean, std)
+        index = int(np.asarray(model.unravel(jnp.arange(model.num_params))["outputscale_raw"])[0])
+        assert model.hyperprior_mean[index] == 0.3 and model.hyperprior_std[index] == 0.7
+
+
 def test_input_kernel_must_be_a_bool():
     with pytest.raises(ValueError, match="input_kernel must be a bool"):
         MetaGPConfig(dim=2, input_kernel=1)
