@@ -7,6 +7,7 @@ separately times the two halves of a round on the final state: the method's
 ``propose`` (the acquisition maximiser of every client).
 
     python bench/full_run.py --json bench/results/full_run.json                 # Hartmann-6, PACD-BO, T = 100
+    python bench/full_run.py --devices 2 --json out.json                       # the same, particles over 2 cores
     python bench/full_run.py --benchmarks hartmann6,branin --methods pacd,independent --json out.json
     python bench/full_run.py --quick --json /tmp/full_run.json                  # T = 3, small settings
     python bench/full_run.py --estimate-table --seeds 10 --json bench/results/table_estimate.json   # Table I's cost
@@ -35,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 
-SMALL = dict(num_particles=3, hidden=(8, 8), svgd_steps=5, svgd_steps_init=20, num_candidates=64, num_local=16,
+SMALL = dict(num_particles=4, hidden=(8, 8), svgd_steps=5, svgd_steps_init=20, num_candidates=64, num_local=16,
              num_refine=2, refine_steps=5, gp_fit_steps=10)
 
 
@@ -139,7 +140,7 @@ def _round_ms_by_rows(config, round_ms) -> dict:
     return {str(rows): float(np.median(v)) for rows, v in sorted(groups.items())}
 
 
-def time_run(benchmark: str, method: str, iters: int, seeds: int, quick: bool) -> dict:
+def time_run(benchmark: str, method: str, iters: int, seeds: int, quick: bool, devices: int = 1) -> dict:
     from pacd_jax import experiment
     from pacd_jax.config import RunConfig
 
@@ -149,7 +150,7 @@ def time_run(benchmark: str, method: str, iters: int, seeds: int, quick: bool) -
     from jax.experimental.compilation_cache import compilation_cache
 
     config = RunConfig(benchmark=benchmark, method=method, iters=iters, seeds=tuple(range(seeds)),
-                       **(SMALL if quick else {}))
+                       devices=devices if method == "pacd" else 1, **(SMALL if quick else {}))
     # Every experiment.run builds and compiles its jitted round afresh; a
     # persistent compilation cache lets the second run load the compiled
     # programs instead (it still traces and lowers them), so the second run is
@@ -180,7 +181,7 @@ def time_run(benchmark: str, method: str, iters: int, seeds: int, quick: bool) -
     rec = common.record(
         f"run-{benchmark}-{method}-T{iters}",
         {"benchmark": benchmark, "method": method, "iters": iters, "seeds": seeds, "clients": config.num_clients,
-         "quick": quick, "learn_ms": halves["learn_ms"], "propose_ms": halves["propose_ms"],
+         "quick": quick, "devices": config.devices, "learn_ms": halves["learn_ms"], "propose_ms": halves["propose_ms"],
          "round_ms_by_rows": by_rows},
         [wall], max(first - wall, 0.0),
     )
@@ -211,7 +212,16 @@ def main(argv=None) -> int:
     parser.add_argument("--estimate-table", action="store_true",
                         help="estimate each (benchmark, method) cell of a --seeds-seed Table I grid from three timed "
                              "rounds instead of timing whole runs; with the default lists, the paper's full grid")
+    parser.add_argument("--devices", type=int, default=1,
+                        help="PACD-BO runs split their particles over this many local devices, e.g. this machine's cores (default %(default)s)")
     args = parser.parse_args(argv)
+    if args.devices < 1:
+        parser.error(f"--devices must be positive, got {args.devices}")
+    if args.devices > 1 and args.estimate_table:
+        parser.error("--devices applies to whole runs, not --estimate-table")
+    from pacd_jax.sharding import request_host_devices
+
+    request_host_devices(args.devices)  # before JAX starts
     if args.quick:
         args.iters = 3
     if args.estimate_table:
@@ -224,7 +234,8 @@ def main(argv=None) -> int:
     records = []
     for benchmark in benchmarks.split(","):
         for method in methods_.split(","):
-            records.append(measure(benchmark, method, args.iters, args.seeds, args.quick))
+            extra = {"devices": args.devices} if not args.estimate_table else {}
+            records.append(measure(benchmark, method, args.iters, args.seeds, args.quick, **extra))
             print(describe(records[-1]), flush=True)
     if args.estimate_table:
         total_s = sum(r["median_ms"] for r in records) / 1e3

@@ -56,9 +56,13 @@ def _config_note(r: dict) -> str:
         note = f"late round: learn {c['learn_ms']:.0f} ms, propose {c['propose_ms']:.0f} ms"
         if c.get("round_ms_by_rows"):
             note += "; median round on " + ", ".join(f"{rows} rows {ms:.0f} ms" for rows, ms in c["round_ms_by_rows"].items())
+        if c.get("devices", 1) > 1:
+            note += f"; particles split over {c['devices']} devices"
         return note
     if "top_ops_ms" in c:
         return "top ops: " + ", ".join(f"{k} {v:.3f}" for k, v in list(c["top_ops_ms"].items())[:3])
+    if c.get("devices", 1) > 1:
+        return f"particles split over {c['devices']} devices"
     return ""
 
 

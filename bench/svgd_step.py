@@ -22,13 +22,17 @@ Implementations, all on the same data and particles, float32:
   heuristic bandwidth; only when ``blackjax`` is installed
   (``pip install -e '.[bench]'``).
 * ``mpi``: with ``--mpi``, the MPI backend with 1 + N ranks (``bench/mpi_step.py``).
+* ``one-device``: ours on one device, when the named records run on more
+  (``--devices D``: the particle axis of the clients' gradients is split over
+  D local devices, e.g. the cores of a CPU, :mod:`pacd_jax.sharding`). The
+  baselines above run on one device; the sweeps too.
 
 Records (DESIGN.md section 9) ``anchor-5x20x1d`` and ``bo-5x110x6d`` carry
 the baselines' medians; the scaling sweeps (``scale-K*``, ``scale-N*``,
 ``scale-m*``, ours only) vary K, N or m around ``bo-5x110x6d`` (around the
 anchor with ``--quick``).
 
-    python bench/svgd_step.py --json bench/results/svgd_step.json --mpi
+    python bench/svgd_step.py --json bench/results/svgd_step.json --mpi --devices 2
     python bench/svgd_step.py --quick --json /tmp/svgd_step.json
 """
 
@@ -52,7 +56,7 @@ SWEEPS = {
 QUICK_SWEEPS = {"K": ("num_particles", (5, 10)), "N": ("num_clients", (5, 10)), "m": ("points", (20, 55))}
 
 
-def _setup(cfg: common.StepConfig, steps: int):
+def _setup(cfg: common.StepConfig, steps: int, devices: int = 1):
     import jax
     import jax.numpy as jnp
 
@@ -60,7 +64,8 @@ def _setup(cfg: common.StepConfig, steps: int):
     from pacd_jax.config import RunConfig
 
     config = RunConfig(num_clients=cfg.num_clients, num_particles=cfg.num_particles, hidden=cfg.hidden,
-                       features=cfg.features, svgd_steps=steps, svgd_steps_init=steps, init_points=cfg.points, iters=1)
+                       features=cfg.features, svgd_steps=steps, svgd_steps_init=steps, init_points=cfg.points, iters=1,
+                       devices=devices)
     learner = methods.meta_learner(config, cfg.dim)
     buffers = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *[_buffer(cfg, i) for i in range(cfg.num_clients)])
     state = learner.init(jnp.asarray(0), jnp.float32)
@@ -88,13 +93,13 @@ def _loop(learner, client_grads, steps: int):
     return jax.jit(run)
 
 
-def ours(cfg, steps):
+def ours(cfg, steps, devices: int = 1):
     import jax
     import jax.numpy as jnp
 
     from pacd_jax import methods
 
-    config, learner, buffers, state = _setup(cfg, steps)
+    config, learner, buffers, state = _setup(cfg, steps, devices)
     learn = jax.jit(methods.pacd(config, cfg.dim).learn)
     one = jnp.asarray(1, jnp.int32)
     return lambda: learn(state, buffers, one).particles
@@ -187,8 +192,8 @@ def blackjax_step(cfg, steps):
 BASELINES = {"autodiff": autodiff, "naive": naive, "blackjax": blackjax_step}
 
 
-def time_impl(make, cfg, steps, repeats, min_seconds):
-    call = make(cfg, steps)
+def time_impl(make, cfg, steps, repeats, min_seconds, **kwargs):
+    call = make(cfg, steps, **kwargs)
     if call is None:
         return None
     compile_s, times = common.time_call(call, repeats, min_seconds)
@@ -221,7 +226,15 @@ def main(argv=None) -> int:
     parser.add_argument("--no-sweeps", action="store_true", help="only the two named configurations")
     parser.add_argument("--mpi", action="store_true", help="also time the MPI backend (1 + N ranks) as a baseline")
     parser.add_argument("--quick", action="store_true", help="5 steps, 3 repeats, short sweeps (for tests)")
+    parser.add_argument("--devices", type=int, default=1,
+                        help="local devices the named records split the particles over, e.g. this machine's cores "
+                             "(default %(default)s; more adds the one-device time as a baseline)")
     args = parser.parse_args(argv)
+    if args.devices < 1 or any(c.num_particles % args.devices for c in common.NAMED.values()):
+        parser.error(f"--devices must divide K = {common.ANCHOR.num_particles}, got {args.devices}")
+    from pacd_jax.sharding import request_host_devices
+
+    request_host_devices(args.devices)  # before JAX starts
     baselines = [b for b in args.baselines.split(",") if b]
     unknown = [b for b in baselines if b not in BASELINES]
     if unknown:
@@ -241,8 +254,15 @@ def main(argv=None) -> int:
         return timed[key]
 
     for cfg in (common.ANCHOR, common.BO):
-        compile_s, times = time_ours(cfg)
-        rec = common.record(cfg.name, {**cfg.to_dict(), "steps_per_call": args.steps, "dtype": "float32"}, times, compile_s, per=args.steps)
+        if args.devices > 1:
+            compile_s, times = time_impl(ours, cfg, args.steps, args.repeats, args.min_seconds, devices=args.devices)
+        else:
+            compile_s, times = time_ours(cfg)
+        rec = common.record(cfg.name, {**cfg.to_dict(), "steps_per_call": args.steps, "dtype": "float32", "devices": args.devices},
+                            times, compile_s, per=args.steps)
+        if args.devices > 1:
+            got = time_ours(cfg)
+            rec["baselines"]["one-device"] = common.record("one-device", {}, got[1], got[0], per=args.steps)["median_ms"]
         for name in baselines:
             got = time_impl(BASELINES[name], cfg, args.steps, max(3, args.repeats // 3), 0.0)
             if got is not None:

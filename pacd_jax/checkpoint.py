@@ -50,7 +50,7 @@ class CheckpointError(ValueError):
 
 def config_hash(config, extra: dict | None = None) -> str:
     """SHA-256 of the run's options (minus :data:`RESUMABLE_OPTIONS`) and ``extra`` (e.g. the task)."""
-    options = {k: v for k, v in config.to_dict().items() if k not in RESUMABLE_OPTIONS}
+    options = {k: v for k, v in config.identity().items() if k not in RESUMABLE_OPTIONS}
     text = json.dumps({"config": options, "extra": extra or {}}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -151,6 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="mpi: clients also send their queried points and values to rank 0 at the end (a privacy choice; off: only regret curves and best values)")
     out.add_argument("--comm-log", metavar="FILE", help="mpi: log every message (round, step, sender, receiver, shape, dtype, bytes) as JSON lines")
     out.add_argument("--x64", action="store_true", help="compute in float64")
+    out.add_argument("--devices", type=_positive_int, default=defaults.devices,
+                     help="vmap, pacd: split the particles of the clients' gradient computation over this many local devices "
+                          "(CPU cores or GPUs; K must be a multiple; on a CPU this sets XLA_FLAGS=--xla_force_host_platform_device_count) "
+                          "(default %(default)s)")
     spy = run.add_argument_group("interception (paper section V: what an honest-but-curious coordinator records)")
     spy.add_argument("--intercept-client", type=_nonneg_int, help="target client id: the coordinator records its last-step message of each --intercept-rounds round")
     spy.add_argument("--intercept-rounds", type=_int_list, help="comma-separated 0-based rounds to record (needs --intercept-client)")
@@ -228,6 +232,7 @@ def _config_from_args(args):
         transport=args.transport,
         share_results=args.share_results,
         x64=args.x64,
+        devices=args.devices,
         num_particles=args.particles,
         hidden=tuple(args.hidden),
         features=args.features,
@@ -415,6 +420,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.argv = list(sys.argv[1:] if argv is None else argv)
         if getattr(args, "backend", None) == "mpi":
             _prepare_mpi_process(argv)
+        if getattr(args, "devices", 1) > 1:  # before JAX starts its CPU backend
+            from pacd_jax.sharding import request_host_devices
+
+            request_host_devices(args.devices)
         return COMMANDS[args.command](args)
     except UsageError as exc:
         error_line(f"{exc.prog}: error: {exc}")

@@ -95,7 +95,11 @@ def local_gradients(
     and gets ``N(0, sigma^2 (2C)^2 I)`` noise drawn with ``dp_key`` (eq. 12-13),
     the key of (seed, client, round, step) from :func:`dp_step_key`.
     """
-    grads = gmll_grads(model, particles, model_data(buf))
+    return privatise(gmll_grads(model, particles, model_data(buf)), dp_config, dp_key)
+
+
+def privatise(grads: Array, dp_config: dp.DPConfig | None = None, dp_key: Array | None = None) -> Array:
+    """The client's DP transform of its ``(K, P)`` message (eq. 12-13); the identity when DP is off."""
     if dp_config is None or not dp_config.enabled:
         return grads
     if dp_key is None:

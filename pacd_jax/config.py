@@ -15,6 +15,11 @@ FEATURE_KERNELS = ("se", "matern52")
 TRANSPORTS = ("gather", "p2p")
 BAD_VALUE_POLICIES = ("stop", "skip")
 BENCHMARKS = ("sinusoid", "branin", "hartmann6", "wingweight")
+#: Options added after results were first committed, with the value that
+#: computes exactly what runs did before the option existed (see
+#: :meth:`RunConfig.identity`). A new option that changes nothing at its
+#: default belongs here.
+ADDED_OPTIONS = {"input_kernel": False, "feature_kernel": "se", "learn_outputscale": False, "devices": 1}
 
 
 def _check_int(name: str, value: Any, low: int, high: int | None = None) -> None:
@@ -69,7 +74,11 @@ class RunConfig:
         message per client, so no gradient passes through another client's
         process), share_results (MPI: clients also send their queried points
         and values to rank 0 at the end; a privacy choice, off by default),
-        x64 (float64 everywhere), on_bad_value (``stop``: a NaN/inf
+        x64 (float64 everywhere), devices (vmap backend, PACD-BO: split the
+        K particles of every client's gradient computation, the bulk of a
+        meta-learning step, over this many local JAX devices, e.g. the cores
+        of a CPU or several GPUs; K must be a multiple of it; the result equals
+        the one-device run to round-off), on_bad_value (``stop``: a NaN/inf
         observation ends the run naming client and round; ``skip``: the value
         is dropped and recorded per client in ``run.json``).
     Differential privacy (paper section VI, :mod:`pacd_jax.dp`):
@@ -89,6 +98,7 @@ class RunConfig:
     transport: str = "gather"
     share_results: bool = False
     x64: bool = False
+    devices: int = 1
     # meta-learner
     num_particles: int = 10
     hidden: tuple[int, ...] = (32, 32)
@@ -191,8 +201,26 @@ class RunConfig:
             _check_int("consensus_steps", self.consensus_steps, 1, 10**7)
         if self.method in ("cboc-u", "cboc-l", "pacoh") and self.backend != "vmap":
             raise ValueError(f"method {self.method} runs in one process only (--backend vmap)")
+        _check_int("devices", self.devices, 1, 4096)
+        if self.devices > 1:
+            if self.method != "pacd":
+                raise ValueError(f"devices > 1 spreads PACD-BO's particles over devices; method {self.method} runs on one")
+            if self.backend != "vmap":
+                raise ValueError("devices > 1 shards the vmap backend; the MPI backend already spreads clients over ranks")
+            if self.num_particles % self.devices:
+                raise ValueError(f"num_particles ({self.num_particles}) must be a multiple of devices ({self.devices})")
         if self.on_bad_value not in BAD_VALUE_POLICIES:
             raise ValueError(f"unknown on_bad_value {self.on_bad_value!r}; choose one of {', '.join(BAD_VALUE_POLICIES)}")
+
+    def identity(self) -> dict:
+        """The options that define what a run computes: :meth:`to_dict` without
+        the options of :data:`ADDED_OPTIONS` that hold their neutral value.
+
+        Finished table cells, privacy-sweep cells and checkpoints are keyed by
+        this, so a run made before an option existed still matches a run made
+        after it with the option left at the value that computes the same thing.
+        """
+        return {k: v for k, v in self.to_dict().items() if not (k in ADDED_OPTIONS and v == ADDED_OPTIONS[k])}
 
     def to_dict(self) -> dict:
         """JSON-ready dict of every option (tuples as lists)."""

@@ -15,7 +15,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pacd_jax import client, consensus, coordinator, dp, keys, standard_gp
+from pacd_jax import client, consensus, coordinator, dp, keys, sharding, standard_gp
 from pacd_jax.acquisition import MaximiserConfig
 from pacd_jax.client import ClientBuffer
 from pacd_jax.config import RunConfig
@@ -126,6 +126,8 @@ def pacd(config: RunConfig, dim: int) -> Method:
     learner = meta_learner(config, dim)
     privacy = dp_config(config)
     bad_log = coordinator.BadGradientLog()
+    # every client's (N, K, P) message; the particle axis split over config.devices devices
+    client_messages = sharding.client_messages(learner.model, config.devices, privacy)
 
     def init(seed, buffers):
         return learner.init(seed, buffers.X.dtype)
@@ -136,9 +138,7 @@ def pacd(config: RunConfig, dim: int) -> Method:
         # every client computes its K gradients on its own data (eq. 6), privatised
         # there when DP is on (eq. 12-13) ...
         step_keys = jax.vmap(client.dp_step_key, (0, None))(dp_keys, step_idx) if privacy.enabled else None
-        grads = jax.vmap(client.local_gradients, (None, None, 0, None, 0 if privacy.enabled else None))(
-            learner.model, s.particles, buffers, privacy, step_keys
-        )
+        grads = client_messages(s.particles, buffers, step_keys)
         # ... and the coordinator aggregates them and moves the particles (eq. 7)
         return learner.coordinator_update(s, grads, beta), grads
 

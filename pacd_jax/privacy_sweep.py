@@ -161,7 +161,7 @@ def cell_key(config, target: int, rounds, attack_config, follow: bool = False) -
     """What makes a finished cell reusable: the run, the target, the rounds, the attacker, the format."""
     import dataclasses
 
-    key = {"version": CELL_VERSION, "config": config.to_dict(), "target": int(target), "rounds": [int(t) for t in rounds],
+    key = {"version": CELL_VERSION, "config": config.identity(), "target": int(target), "rounds": [int(t) for t in rounds],
            "attack": dataclasses.asdict(attack_config), "band": {"draws": BAND_DRAWS, "q": list(BAND_Q)}}
     mode = attack_mode(attack_config, follow)
     if mode != "paper":  # (paper-attacker cells keep their earlier keys)

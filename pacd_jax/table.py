@@ -50,8 +50,8 @@ REFERENCE = "pacd"
 
 
 def config_dict(config) -> dict:
-    """The options that define a cell (``RunConfig.to_dict``)."""
-    return config.to_dict()
+    """The options that define a cell (``RunConfig.identity``)."""
+    return config.identity()
 
 
 def config_hash(options: dict) -> str:

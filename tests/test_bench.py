@@ -57,11 +57,12 @@ def _run_script(name, args, tmp_path, timeout=600):
 
 
 def test_svgd_step_quick_writes_named_records_and_sweeps(tmp_path):
-    records = _run_script("svgd_step", ["--quick", "--baselines", "autodiff"], tmp_path)
+    records = _run_script("svgd_step", ["--quick", "--baselines", "autodiff", "--devices", "2"], tmp_path)
     _check_records(records)
     names = [r["name"] for r in records]
     assert names[:2] == ["anchor-5x20x1d", "bo-5x110x6d"]
-    assert all(set(r["baselines"]) == {"autodiff"} for r in records[:2])
+    # the named records split the particles over 2 host devices; one device is a baseline
+    assert all(set(r["baselines"]) == {"autodiff", "one-device"} and r["config"]["devices"] == 2 for r in records[:2])
     anchor = records[0]["config"]
     assert (anchor["num_clients"], anchor["points"], anchor["dim"], anchor["num_particles"], anchor["hidden"], anchor["features"]) == (5, 20, 1, 10, [32, 32], 2)
     sweeps = {r["config"]["sweep"] for r in records[2:]}
@@ -69,10 +70,11 @@ def test_svgd_step_quick_writes_named_records_and_sweeps(tmp_path):
 
 
 def test_full_run_quick_writes_a_record(tmp_path):
-    records = _run_script("full_run", ["--quick", "--benchmarks", "sinusoid"], tmp_path)
+    records = _run_script("full_run", ["--quick", "--benchmarks", "sinusoid", "--devices", "2"], tmp_path)
     _check_records(records)
     (rec,) = records
     assert rec["name"] == "run-sinusoid-pacd-T3" and rec["config"]["learn_ms"] > 0 and rec["config"]["propose_ms"] > 0
+    assert rec["config"]["devices"] == 2
     by_rows = rec["config"]["round_ms_by_rows"]  # rounds 1-2 of the timed run, all on the 8 rows of the buffer
     assert list(by_rows) == ["8"] and by_rows["8"] > 0
 
