@@ -81,7 +81,7 @@ def _float_pair(text: str) -> list[float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pacd_jax.config import BACKENDS, FEATURE_KERNELS, METHODS, TRANSPORTS, RunConfig
+    from pacd_jax.config import BACKENDS, FEATURE_KERNELS, METHODS, OUTPUT_WARPS, TRANSPORTS, RunConfig
 
     defaults = RunConfig()
     parser = _Parser(prog="pacd-bo", description="Privacy-aware collaborative and distributed Bayesian optimisation.")
@@ -103,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     seeds.add_argument("--seed-list", type=_int_list, help="comma-separated seeds, e.g. 3,7")
     prob.add_argument("--init-points", type=_positive_int, help="initial design size per client (default 5 for d<=2, else 10)")
     prob.add_argument("--noise-std", type=_float, help="observation noise std in original units (default: the family's)")
+    prob.add_argument("--output-warp", choices=OUTPUT_WARPS, default=defaults.output_warp,
+                      help="monotone transform each client applies to its observations before its GP, every method alike "
+                           "(default %(default)s; log or a fitted yeo-johnson suit skewed objectives such as Branin)")
 
     meta = run.add_argument_group("meta-learner (pacd, pacoh)")
     meta.add_argument("--particles", type=_positive_int, default=defaults.num_particles, help="SVGD particles K (default %(default)s)")
@@ -228,6 +231,7 @@ def _config_from_args(args):
         seeds=seeds,
         init_points=args.init_points,
         noise_std=args.noise_std,
+        output_warp=args.output_warp,
         backend=args.backend,
         transport=args.transport,
         share_results=args.share_results,

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pacd_jax import acquisition, dp, standard_gp
+from pacd_jax import acquisition, dp, standard_gp, warping
 from pacd_jax.gp import GPData, MetaGP, gmll_grads, make_mask, standardise
 
 Array = jax.Array
@@ -65,10 +65,14 @@ def leading_rows(buf: ClientBuffer, rows: int) -> ClientBuffer:
     return ClientBuffer(buf.X[..., :rows, :], buf.y[..., :rows], buf.count)
 
 
-def model_data(buf: ClientBuffer) -> GPData:
-    """The buffer as GP training data, ``y`` standardised with the client's own statistics."""
+def model_data(buf: ClientBuffer, output_warp: str = "none") -> GPData:
+    """The buffer as GP training data, ``y`` standardised with the client's own statistics.
+
+    ``output_warp`` (:mod:`pacd_jax.warping`) transforms ``y`` monotonically
+    first, on the client; ``none`` keeps it as observed.
+    """
     mask = buf.mask
-    y_std, _, _ = standardise(buf.y, mask)
+    y_std, _, _ = standardise(warping.warp_outputs(buf.y, mask, output_warp), mask)
     return GPData(buf.X, y_std, mask)
 
 
@@ -95,7 +99,7 @@ def local_gradients(
     and gets ``N(0, sigma^2 (2C)^2 I)`` noise drawn with ``dp_key`` (eq. 12-13),
     the key of (seed, client, round, step) from :func:`dp_step_key`.
     """
-    return privatise(gmll_grads(model, particles, model_data(buf)), dp_config, dp_key)
+    return privatise(gmll_grads(model, particles, model_data(buf, model.config.output_warp)), dp_config, dp_key)
 
 
 def privatise(grads: Array, dp_config: dp.DPConfig | None = None, dp_key: Array | None = None) -> Array:
@@ -117,7 +121,7 @@ def dp_step_key(round_key: Array, step: Array) -> Array:
 
 def meta_acquisition(model: MetaGP, particles: Array, buf: ClientBuffer, kappa: float):
     """UCB on the K-particle mixture posterior (eq. 8-10), as a batched function of ``(T, d)``."""
-    data = model_data(buf)
+    data = model_data(buf, model.config.output_warp)
     posts = jax.vmap(model.posterior, (0, None))(particles, data)
 
     def acq(X):
@@ -146,7 +150,7 @@ def propose_meta(
 
 def fit_standard_gp(config: standard_gp.StandardGPConfig, warm: standard_gp.GPHyper, buf: ClientBuffer):
     """Refit the client's own GP hyperparameters (MAP, warm-started)."""
-    return standard_gp.fit(config, model_data(buf), warm)
+    return standard_gp.fit(config, model_data(buf, config.output_warp), warm)
 
 
 def propose_standard(
@@ -158,7 +162,7 @@ def propose_standard(
     maximiser: acquisition.MaximiserConfig,
 ) -> Array:
     """Next query of the Independent baseline: UCB on the client's own GP."""
-    post = standard_gp.posterior(config, hyper, model_data(buf))
+    post = standard_gp.posterior(config, hyper, model_data(buf, config.output_warp))
 
     def acq(X):
         mu, var = standard_gp.predict(config, post, X)
@@ -184,7 +188,7 @@ def propose_ei(
     below the best standardised observation. Returns ``(x_hat, EI(x_hat))``; the
     value picks the CBOC-L leader.
     """
-    data = model_data(buf)
+    data = model_data(buf, config.output_warp)
     post = standard_gp.posterior(config, hyper, data)
     best = jnp.min(jnp.where(data.mask, data.y, jnp.inf))
 

@@ -12,6 +12,8 @@ METHODS = ("pacd", "pacoh", "independent", "cboc-u", "cboc-l")
 BACKENDS = ("vmap", "mpi")
 #: Stationary kernels of the meta-GP's scaled feature distance (:func:`pacd_jax.gp.feature_kernel`).
 FEATURE_KERNELS = ("se", "matern52")
+#: Monotone transforms of a client's observations before its GP (:mod:`pacd_jax.warping`).
+OUTPUT_WARPS = ("none", "log", "yeo-johnson")
 TRANSPORTS = ("gather", "p2p")
 BAD_VALUE_POLICIES = ("stop", "skip")
 BENCHMARKS = ("sinusoid", "branin", "hartmann6", "wingweight")
@@ -19,7 +21,8 @@ BENCHMARKS = ("sinusoid", "branin", "hartmann6", "wingweight")
 #: computes exactly what runs did before the option existed (see
 #: :meth:`RunConfig.identity`). A new option that changes nothing at its
 #: default belongs here.
-ADDED_OPTIONS = {"input_kernel": False, "feature_kernel": "se", "learn_outputscale": False, "devices": 1}
+ADDED_OPTIONS = {"input_kernel": False, "feature_kernel": "se", "learn_outputscale": False, "devices": 1,
+                 "output_warp": "none"}
 
 
 def _check_int(name: str, value: Any, low: int, high: int | None = None) -> None:
@@ -51,7 +54,10 @@ class RunConfig:
             learner holding every client's data), ``independent``, or the
             consensus baselines ``cboc-u`` / ``cboc-l`` (DESIGN.md section 5).
         num_clients, iters (BO rounds T), seeds, init_points (per client; None:
-            5 for d <= 2, 10 otherwise), noise_std (None: the family's default).
+            5 for d <= 2, 10 otherwise), noise_std (None: the family's default),
+            output_warp (``none``, ``log`` or ``yeo-johnson``: a monotone
+            transform each client applies to its own observations before its
+            GP models them, in every method alike; :mod:`pacd_jax.warping`).
     Meta-learner (DESIGN.md section 3):
         num_particles K, hidden, features, kernel_variance, learn_lengthscale,
         noise_prior (mean, std of the raw noise), noise_floor, input_kernel
@@ -94,6 +100,7 @@ class RunConfig:
     seeds: tuple[int, ...] = (0,)
     init_points: int | None = None
     noise_std: float | None = None
+    output_warp: str = "none"
     backend: str = "vmap"
     transport: str = "gather"
     share_results: bool = False
@@ -172,6 +179,8 @@ class RunConfig:
         for name in ("input_kernel", "learn_outputscale"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.output_warp not in OUTPUT_WARPS:
+            raise ValueError(f"unknown output_warp {self.output_warp!r}; choose one of {', '.join(OUTPUT_WARPS)}")
         if self.feature_kernel not in FEATURE_KERNELS:
             raise ValueError(f"unknown feature_kernel {self.feature_kernel!r}; choose one of {', '.join(FEATURE_KERNELS)}")
         noise_prior = tuple(self.noise_prior)

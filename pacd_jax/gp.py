@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 
-from pacd_jax.config import FEATURE_KERNELS
+from pacd_jax.config import FEATURE_KERNELS, OUTPUT_WARPS
 
 Array = jax.Array
 
@@ -300,6 +300,10 @@ class MetaGPConfig:
             a factor e of ``kernel_variance`` at one standard deviation).
         kernel: ``se`` (paper eq. 5) or ``matern52``, the stationary kernel
             applied to the scaled feature distance (see :func:`feature_kernel`).
+        output_warp: the monotone transform of the client's observations
+            before they are standardised and modelled (``none``, ``log``,
+            ``yeo-johnson``; :mod:`pacd_jax.warping`). The model's formulas
+            do not change; :func:`pacd_jax.client.model_data` applies it.
         standardise_inputs: feed the networks ``(x - 1/2) * sqrt(12)``, the
             unit box standardised to zero mean and unit variance under a
             uniform design, as PACOH standardises its inputs; the GP data and
@@ -322,6 +326,7 @@ class MetaGPConfig:
     learn_outputscale: bool = False
     outputscale_prior: tuple[float, float] = (0.0, 1.0)
     kernel: str = "se"
+    output_warp: str = "none"
 
     def __post_init__(self):
         if not isinstance(self.dim, int) or self.dim < 1:
@@ -339,6 +344,8 @@ class MetaGPConfig:
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.kernel not in FEATURE_KERNELS:
             raise ValueError(f"unknown kernel {self.kernel!r}; choose one of {', '.join(FEATURE_KERNELS)}")
+        if self.output_warp not in OUTPUT_WARPS:
+            raise ValueError(f"unknown output_warp {self.output_warp!r}; choose one of {', '.join(OUTPUT_WARPS)}")
         for name in ("lengthscale_prior", "noise_prior", "input_lengthscale_prior", "outputscale_prior"):
             mean, std = getattr(self, name)
             if not (np.isfinite(mean) and np.isfinite(std) and std > 0):

@@ -60,6 +60,11 @@ class InterceptSpec:
     def check(self, config: RunConfig) -> None:
         if config.method not in ("pacd", "pacoh"):
             raise ValueError(f"interception needs a method that sends gradients (pacd), not {config.method!r}")
+        if config.output_warp != "none":
+            # the attacks (and the truth they are scored against) model the
+            # client's outputs as standardised observations, round to round
+            raise ValueError(f"interception models the client's standardised observations; it needs output_warp none, "
+                             f"not {config.output_warp!r}")
         if not 0 <= self.client < config.num_clients:
             raise ValueError(f"intercept client must be in [0, {config.num_clients - 1}], got {self.client}")
         if not self.rounds:

@@ -75,6 +75,7 @@ def meta_gp(config: RunConfig, dim: int) -> MetaGP:
             input_kernel=config.input_kernel,
             kernel=config.feature_kernel,
             learn_outputscale=config.learn_outputscale,
+            output_warp=config.output_warp,
         )
     )
 
@@ -191,7 +192,8 @@ def independent(config: RunConfig, dim: int) -> Method:
     """Independent BO: each client fits its own standard GP (DESIGN.md section 5)."""
     if dp_config(config).enabled:
         raise ValueError("--dp-sigma applies to the meta-learner's gradients; the independent method sends nothing to privatise")
-    gp_config = standard_gp.StandardGPConfig(dim=dim, kernel=config.gp_kernel, fit_steps=config.gp_fit_steps)
+    gp_config = standard_gp.StandardGPConfig(dim=dim, kernel=config.gp_kernel, fit_steps=config.gp_fit_steps,
+                                           output_warp=config.output_warp)
     maximiser = maximiser_config(config)
 
     def init(seed, buffers):
@@ -235,7 +237,7 @@ def pacoh(config: RunConfig, dim: int) -> Method:
     def learn(state, buffers, round_idx, dp_keys=None):
         del dp_keys  # nothing leaves a client: DP is refused above
         beta = buffers.count[0].astype(buffers.X.dtype)
-        pooled = jax.vmap(client.model_data)(buffers)  # all tasks' data in one place
+        pooled = jax.vmap(lambda b: client.model_data(b, model.config.output_warp))(buffers)  # all tasks' data in one place
 
         def one_step(_, s):
             grad_sum = jax.vmap(jax.grad(pooled_log_likelihood), (0, None))(s.particles, pooled)
@@ -273,7 +275,8 @@ def cboc(config: RunConfig, dim: int, schedule: str) -> Method:
         raise ValueError(f"unknown consensus schedule {schedule!r}")
     if dp_config(config).enabled:
         raise ValueError("--dp-sigma applies to the meta-learner's gradients; CBOC exchanges proposals, not gradients")
-    gp_config = standard_gp.StandardGPConfig(dim=dim, kernel=config.gp_kernel, fit_steps=config.gp_fit_steps)
+    gp_config = standard_gp.StandardGPConfig(dim=dim, kernel=config.gp_kernel, fit_steps=config.gp_fit_steps,
+                                           output_warp=config.output_warp)
     maximiser = maximiser_config(config)
     n_c = config.n_c
     name = "cboc-u" if schedule == "uniform" else "cboc-l"

@@ -86,7 +86,7 @@ def client_gradients(model: MetaGP, devices: int = 1) -> Callable[[Array, Client
     """
 
     def on_all(particles, buffers):
-        return jax.vmap(lambda buf: gmll_grads(model, particles, model_data(buf)))(buffers)
+        return jax.vmap(lambda buf: gmll_grads(model, particles, model_data(buf, model.config.output_warp)))(buffers)
 
     if devices == 1:
         return on_all

@@ -24,6 +24,7 @@ import numpy as np
 from jax.scipy.linalg import cho_solve
 
 from pacd_jax import linalg, optim
+from pacd_jax.config import OUTPUT_WARPS
 from pacd_jax.gp import (
     DEFAULT_JITTER,
     GPData,
@@ -68,6 +69,9 @@ class StandardGPConfig:
     ``fit_steps`` caps the L-BFGS iterations per start; ``fit_ftol`` is the
     relative-decrease tolerance that ends a fit earlier (None: scipy
     L-BFGS-B's 2.2e-9, or 10 eps of the data's dtype where larger).
+    ``output_warp`` is the client's transform of its observations before the
+    GP models them (:mod:`pacd_jax.warping`; applied by
+    :func:`pacd_jax.client.model_data`).
     """
 
     dim: int
@@ -76,12 +80,15 @@ class StandardGPConfig:
     fit_ftol: float | None = None
     outputscale_prior: tuple[float, float] = (0.0, 1.0)
     noise_prior: tuple[float, float] = (-4.0, 1.0)
+    output_warp: str = "none"
 
     def __post_init__(self):
         if not isinstance(self.dim, int) or self.dim < 1:
             raise ValueError(f"dim must be a positive integer, got {self.dim!r}")
         if self.kernel not in KERNELS:
             raise ValueError(f"unknown kernel {self.kernel!r}; choose one of {KERNELS}")
+        if self.output_warp not in OUTPUT_WARPS:
+            raise ValueError(f"unknown output_warp {self.output_warp!r}; choose one of {', '.join(OUTPUT_WARPS)}")
         if not isinstance(self.fit_steps, int) or self.fit_steps < 1:
             raise ValueError(f"fit_steps must be a positive integer, got {self.fit_steps!r}")
         if self.fit_ftol is not None and not (math.isfinite(self.fit_ftol) and self.fit_ftol >= 0):
