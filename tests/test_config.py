@@ -37,6 +37,7 @@ from pacd_jax.coordinator import MetaObjective
         ({"input_kernel": 1}, "input_kernel must be a bool"),
         ({"learn_outputscale": "yes"}, "learn_outputscale must be a bool"),
         ({"feature_kernel": "laplace"}, "unknown feature_kernel 'laplace'"),
+        ({"output_warp": "sqrt"}, "unknown output_warp 'sqrt'"),
         ({"svgd_steps": True}, "svgd_steps must be an integer"),
     ],
 )

@@ -138,7 +138,8 @@ def test_added_options_leave_the_identity_at_their_neutral_value():
     for name, neutral in ADDED_OPTIONS.items():
         assert getattr(default, name) == neutral  # the default computes what the committed results did
         assert name not in default.identity()
-    other = {"input_kernel": True, "feature_kernel": "matern52", "learn_outputscale": True, "devices": 2}
+    other = {"input_kernel": True, "feature_kernel": "matern52", "learn_outputscale": True, "devices": 2,
+             "output_warp": "yeo-johnson"}
     assert set(other) == set(ADDED_OPTIONS)
     for name, value in other.items():
         assert RunConfig(**{name: value}).identity()[name] == value
