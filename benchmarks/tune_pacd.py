@@ -93,15 +93,24 @@ def collect_table(docs: list[dict], files: list[str] | None = None) -> str:
             variant, bench = key.split("/")
             cells.append((variant, bench, seeds, cell, doc["meta"]))
     indep = {(b, s): np.asarray(c["per_seed_final_regret"]) for v, b, s, c, _ in cells if v == "indep"}
+    # Independent BO run with a variant's own options (``indep-V`` for ``V``, e.g. an output warp both use)
+    per_variant = {(v, b, s): np.asarray(c["per_seed_final_regret"]) for v, b, s, c, _ in cells}
+    paired = {(v[len("indep-"):], b, s): ref for (v, b, s), ref in per_variant.items()
+              if v.startswith("indep-") and (v[len("indep-"):], b, s) in per_variant}
+    extra = " seeds below `indep-V` (same options) |" if paired else ""
     lines = [
-        "| variant | benchmark | seeds | final regret, mean ± std | median seed | seeds below Independent BO | AUC (first 10 %) | commit |",
-        "|---|---|---|---|---|---|---|---|",
+        "| variant | benchmark | seeds | final regret, mean ± std | median seed | seeds below Independent BO |" + extra
+        + " AUC (first 10 %) | commit |",
+        "|---|---|---|---|---|---|" + ("---|" if paired else "") + "---|---|",
     ]
     order = sorted(cells, key=lambda c: (c[1], c[2], c[0] != "indep", c[0] != "pacd-default", c[0]))
     for variant, bench, seeds, cell, meta in order:
         per = np.asarray(cell["per_seed_final_regret"])
         ref = indep.get((bench, seeds))
         below = "—" if ref is None or variant == "indep" else f"{int(np.sum(per < ref))} of {len(per)}"
+        if paired:
+            own = paired.get((variant, bench, seeds))
+            below += " | " + ("—" if own is None else f"{int(np.sum(per < own))} of {len(per)}")
         lines.append(
             f"| `{variant}` | {bench} | {seeds[0]}-{seeds[-1]} | {per.mean():.4f} ± {per.std():.4f} | {np.median(per):.4f} "
             f"| {below} | {np.mean(cell['per_seed_auc']):.3f} | `{meta['commit']}` |"

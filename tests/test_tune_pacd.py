@@ -38,6 +38,23 @@ def test_collect_table_rows_follow_the_files(tmp_path):
     assert lines[2].startswith("| `indep` | branin | 110-115")  # Independent BO first within its seeds
 
 
+def test_collect_table_pairs_a_variant_with_its_own_independent_run():
+    """``yj`` is also counted against ``indep-yj`` (Independent BO with the same options); other rows get a dash."""
+    rng = np.random.default_rng(1)
+    indep, indep_yj, yj, xkern = (rng.uniform(0, 0.01, 5) for _ in range(4))
+    cell = lambda per: {"per_seed_final_regret": per.tolist(), "per_seed_auc": per.tolist()}
+    seeds = list(range(110, 115))
+    docs = [_doc({"indep/branin": cell(indep), "indep-yj/branin": cell(indep_yj)}, seeds),
+            _doc({"yj/branin": cell(yj), "xkern/branin": cell(xkern)}, seeds)]
+    lines = tune_pacd.collect_table(docs).splitlines()
+    assert "seeds below `indep-V` (same options)" in lines[0] and lines[1].count("---") == lines[0].count("|") - 1
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")] for line in lines if line.startswith("| `")}
+    assert rows["`yj`"][5:7] == [f"{int(np.sum(yj < indep))} of 5", f"{int(np.sum(yj < indep_yj))} of 5"]
+    assert rows["`xkern`"][6] == "—" and rows["`indep`"][5:7] == ["—", "—"]
+    # without such a pair the table keeps its usual columns
+    assert "same options" not in tune_pacd.collect_table(docs[1:])
+
+
 def test_collect_writes_the_readme_block(tmp_path, monkeypatch, capsys):
     readme = tmp_path / "README.md"
     readme.write_text("head\n<!-- tune-kernels:begin -->\nold\n<!-- tune-kernels:end -->\ntail\n")
