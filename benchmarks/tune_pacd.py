@@ -116,7 +116,9 @@ def collect_table(docs: list[dict], files: list[str] | None = None) -> str:
             f"| {below} | {np.mean(cell['per_seed_auc']):.3f} | `{meta['commit']}` |"
         )
     lines.append("")
-    lines.append("5 clients, 30 rounds, single-threaded XLA; mean and median over seeds of the client-averaged final normalised regret. Commands:")
+    # files written before ``iters`` was recorded ran the default 30 rounds
+    rounds = " / ".join(str(r) for r in sorted({c[4].get("iters", 30) for c in cells}))
+    lines.append(f"5 clients, {rounds} rounds, single-threaded XLA; mean and median over seeds of the client-averaged final normalised regret. Commands:")
     lines.append("")
     for command_line in sorted({c[4]["command"] for c in cells}):
         lines.append(f"- `{command_line}`")
@@ -159,7 +161,8 @@ def main(argv=None) -> int:
             print(f"{name:14s} {bench:9s} final {np.mean(per):.4f}±{np.std(per):.4f} auc {np.mean(auc):.3f} "
                   f"per-seed {np.round(per, 4).tolist()} {time.perf_counter() - t0:.0f}s", flush=True)
     if args.out:
-        meta = {"command": command("benchmarks/tune_pacd.py", argv), "commit": commit(), "machine": machine(), "seeds": list(seeds)}
+        meta = {"command": command("benchmarks/tune_pacd.py", argv), "commit": commit(), "machine": machine(), "seeds": list(seeds),
+                "iters": args.iters}
         io.write_json(args.out, {"cells": cells, "meta": meta})
     return 0
 
