@@ -35,6 +35,7 @@ VARIANTS = {
     "indep-kappa1": dict(method="independent", kappa=1.0),
     "indep-rbf": dict(method="independent", gp_kernel="rbf"),
     "pacd-default": dict(),
+    "pacoh": dict(method="pacoh"),
     "kappa0.5": dict(kappa=0.5),
     "kappa1": dict(kappa=1.0),
     "kappa1.5": dict(kappa=1.5),
