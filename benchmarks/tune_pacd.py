@@ -89,6 +89,24 @@ VARIANTS = {
 }
 
 
+def _pacoh_pairs(per_variant: dict) -> list[str]:
+    """Seed-by-seed comparison of centralised PACOH-BO with PACD-BO's defaults (the same learner; issue 5's check)."""
+    from scipy.stats import wilcoxon
+
+    out = []
+    for (variant, bench, seeds), pacoh in sorted(per_variant.items()):
+        pacd = per_variant.get(("pacd-default", bench, seeds))
+        if variant != "pacoh" or pacd is None:
+            continue
+        p = wilcoxon(pacd, pacoh).pvalue if np.any(pacd != pacoh) else 1.0
+        out.append(
+            f"- `pacoh` against `pacd-default`, {bench}, seeds {seeds[0]}-{seeds[-1]}: PACD-BO ends lower on "
+            f"{int(np.sum(pacd < pacoh))} of {len(pacd)} seeds, higher on {int(np.sum(pacd > pacoh))} "
+            f"(two-sided Wilcoxon signed-rank p = {p:.2g})."
+        )
+    return out + [""] if out else out
+
+
 def collect_table(docs: list[dict], files: list[str] | None = None) -> str:
     """Markdown table of every cell in ``docs`` (tune_pacd result files, read from ``files``), with provenance lines."""
     cells = []  # (variant, bench, seeds, cell, meta)
@@ -121,6 +139,7 @@ def collect_table(docs: list[dict], files: list[str] | None = None) -> str:
             f"| {below} | {np.mean(cell['per_seed_auc']):.3f} | `{meta['commit']}` |"
         )
     lines.append("")
+    lines.extend(_pacoh_pairs(per_variant))
     # files written before ``iters`` was recorded ran the default 30 rounds
     rounds = " / ".join(str(r) for r in sorted({c[4].get("iters", 30) for c in cells}))
     lines.append(f"5 clients, {rounds} rounds, single-threaded XLA; mean and median over seeds of the client-averaged final normalised regret. Commands:")

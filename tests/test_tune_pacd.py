@@ -69,3 +69,19 @@ def test_collect_writes_the_readme_block(tmp_path, monkeypatch, capsys):
     assert text.startswith("head\n") and text.endswith("tail\n") and "old" not in text
     assert "| `pacd-default` | sinusoid | 110-111 | 0.1750 ± 0.1250 | 0.1750 | 1 of 2 |" in text
     assert "| `pacd-default` | sinusoid" in capsys.readouterr().out
+
+
+def test_collect_table_compares_pacoh_with_pacd_seed_by_seed():
+    from scipy.stats import wilcoxon
+
+    rng = np.random.default_rng(3)
+    pacd, pacoh = rng.uniform(0, 0.02, 8), rng.uniform(0, 0.02, 8)
+    cell = lambda per: {"per_seed_final_regret": per.tolist(), "per_seed_auc": (per + 0.5).tolist(), "wall_time_s": 1.0}
+    seeds = list(range(110, 118))
+    docs = [_doc({"pacd-default/branin": cell(pacd)}, seeds), _doc({"pacoh/branin": cell(pacoh)}, seeds)]
+    text = tune_pacd.collect_table(docs)
+    line = next(l for l in text.splitlines() if l.startswith("- `pacoh` against"))
+    assert f"lower on {int(np.sum(pacd < pacoh))} of 8 seeds, higher on {int(np.sum(pacd > pacoh))}" in line
+    assert f"p = {wilcoxon(pacd, pacoh).pvalue:.2g}" in line
+    # without PACD-BO's default run on the same seeds there is nothing to pair
+    assert "against" not in tune_pacd.collect_table(docs[1:])
