@@ -91,18 +91,19 @@ VARIANTS = {
 
 def _pacoh_pairs(per_variant: dict) -> list[str]:
     """Seed-by-seed comparison of centralised PACOH-BO with PACD-BO's defaults (the same learner; issue 5's check)."""
-    from scipy.stats import wilcoxon
+    from pacd_jax.table import paired_comparison
 
     out = []
     for (variant, bench, seeds), pacoh in sorted(per_variant.items()):
         pacd = per_variant.get(("pacd-default", bench, seeds))
         if variant != "pacoh" or pacd is None:
             continue
-        p = wilcoxon(pacd, pacoh).pvalue if np.any(pacd != pacoh) else 1.0
+        as_runs = lambda per: [{"seed": s, "final_regret": float(v)} for s, v in zip(seeds, per)]
+        pair = paired_comparison(as_runs(pacd), as_runs(pacoh))
         out.append(
             f"- `pacoh` against `pacd-default`, {bench}, seeds {seeds[0]}-{seeds[-1]}: PACD-BO ends lower on "
-            f"{int(np.sum(pacd < pacoh))} of {len(pacd)} seeds, higher on {int(np.sum(pacd > pacoh))} "
-            f"(two-sided Wilcoxon signed-rank p = {p:.2g})."
+            f"{pair['reference_lower']} of {len(pacd)} seeds, higher on {pair['reference_higher']} "
+            f"(two-sided Wilcoxon signed-rank p = {pair['p_value']:.2g})."
         )
     return out + [""] if out else out
 
