@@ -108,8 +108,12 @@ def _pacoh_pairs(per_variant: dict) -> list[str]:
     return out + [""] if out else out
 
 
-def collect_table(docs: list[dict], files: list[str] | None = None) -> str:
-    """Markdown table of every cell in ``docs`` (tune_pacd result files, read from ``files``), with provenance lines."""
+def collect_table(docs: list[dict], files: list[str] | None = None, block: str | None = None) -> str:
+    """Markdown table of every cell in ``docs`` (tune_pacd result files, read from ``files``), with provenance lines.
+
+    ``block`` names the README block the table is written into, so that the
+    command line it prints regenerates that block.
+    """
     cells = []  # (variant, bench, seeds, cell, meta)
     for doc in docs:
         seeds = tuple(doc["meta"]["seeds"])
@@ -150,7 +154,8 @@ def collect_table(docs: list[dict], files: list[str] | None = None) -> str:
     machines = sorted({c[4]["machine"] for c in cells})
     lines.append("")
     names = " ".join(files) if files else "FILES"
-    lines.append(f"Machine: {'; '.join(machines)}. Table by `python benchmarks/tune_pacd.py --collect {names} --readme`.")
+    target = f" --readme --block {block}" if block else ""
+    lines.append(f"Machine: {'; '.join(machines)}. Table by `python benchmarks/tune_pacd.py --collect {names}{target}`.")
     return "\n".join(lines)
 
 
@@ -166,7 +171,7 @@ def main(argv=None) -> int:
     parser.add_argument("--block", default="tune-kernels", help="README block name (default %(default)s)")
     args = parser.parse_args(argv)
     if args.collect:
-        text = collect_table([io.read_json(f) for f in args.collect], args.collect)
+        text = collect_table([io.read_json(f) for f in args.collect], args.collect, args.block if args.readme else None)
         print(text)
         if args.readme:
             io.replace_marked_block(ROOT / "README.md", args.block, text)

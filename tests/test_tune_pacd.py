@@ -69,6 +69,8 @@ def test_collect_writes_the_readme_block(tmp_path, monkeypatch, capsys):
     assert text.startswith("head\n") and text.endswith("tail\n") and "old" not in text
     assert "| `pacd-default` | sinusoid | 110-111 | 0.1750 ± 0.1250 | 0.1750 | 1 of 2 |" in text
     assert "| `pacd-default` | sinusoid" in capsys.readouterr().out
+    # the block's own provenance line names the command that regenerates this very block
+    assert f"--collect {' '.join(files)} --readme --block tune-kernels`." in text
 
 
 def test_collect_table_compares_pacoh_with_pacd_seed_by_seed():
