@@ -100,9 +100,11 @@ def ours(cfg, steps, devices: int = 1):
     from pacd_jax import methods
 
     config, learner, buffers, state = _setup(cfg, steps, devices)
-    learn = jax.jit(methods.pacd(config, cfg.dim).learn)
+    # the round as the loop runs it (pacd_jax.loop): the coordinator's record of non-finite
+    # gradients comes back as an output, with no host callback inside the program
+    learn = jax.jit(methods.pacd(config, cfg.dim).learn_checked)
     one = jnp.asarray(1, jnp.int32)
-    return lambda: learn(state, buffers, one).particles
+    return lambda: learn(state, buffers, one)[0].particles
 
 
 def autodiff(cfg, steps):

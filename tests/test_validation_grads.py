@@ -19,6 +19,17 @@ def test_first_bad_client_matches_numpy():
         assert int(coordinator.first_bad_client(jnp.asarray(g))) == expected
 
 
+def test_huge_finite_gradients_are_not_flagged():
+    # finite entries whose plain sum overflows to inf must still count as finite
+    big = np.finfo(np.float32).max
+    g = np.full((2, 3, 5), big, np.float32)
+    g[1, 0, 0] = -big
+    assert not np.isfinite(g.sum(axis=(1, 2), dtype=np.float32)[0])  # the plain sum would overflow
+    assert int(coordinator.first_bad_client(jnp.asarray(g))) == -1
+    g[1, 2, 4] = np.nan
+    assert int(coordinator.first_bad_client(jnp.asarray(g))) == 1
+
+
 def test_wrong_gradient_shape_is_refused():
     particles = jnp.zeros((3, 7))
     coordinator.check_gradient_shape(jnp.zeros((2, 3, 7)), 2, particles)
