@@ -176,7 +176,8 @@ def pacd(config: RunConfig, dim: int) -> Method:
         return new, (state.particles, grads[target])
 
     def propose(state, buffers, keys_):
-        return propose_meta_all(learner, config, state.particles, buffers, keys_)
+        particles = sharding.split_particles(state.particles, config.devices)
+        return propose_meta_all(learner, config, particles, buffers, keys_)
 
     return Method(config.method, init, learn, propose, learn_intercept, bad_log, learn_checked)
 

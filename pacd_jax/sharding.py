@@ -5,10 +5,11 @@ gradients (paper eq. 6): ``N x K`` independent Gram matrices, inverses and
 MLP backward passes. One XLA CPU program runs them on one core; with
 ``devices = D`` the particle axis is split into ``D`` blocks of ``K / D``
 particles, each computed on its own device by :func:`jax.shard_map`, and the
-``(N, K, P)`` messages are gathered back before anything else sees them. The
-DP transform, the coordinator's check and the SVGD update then run on the
-whole message as before, so the noise drawn and everything downstream are
-the same as on one device; the gradients agree to round-off (tested).
+``(N, K, P)`` messages are gathered back (one all-gather per step) before
+anything else sees them. The DP transform, the coordinator's check and the
+SVGD update then run on the whole message as before, replicated on every
+device, so the noise drawn and everything downstream are the same as on one
+device; the gradients agree to round-off (tested).
 
 On a CPU, JAX shows one device unless asked for more before it starts:
 ``XLA_FLAGS=--xla_force_host_platform_device_count=D`` (``pacd-bo run
@@ -20,8 +21,9 @@ from __future__ import annotations
 from typing import Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, PartitionSpec
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from pacd_jax import client, dp
 from pacd_jax.client import ClientBuffer, model_data
@@ -91,13 +93,46 @@ def client_gradients(model: MetaGP, devices: int = 1) -> Callable[[Array, Client
     if devices == 1:
         return on_all
     mesh = device_mesh(devices)
+
+    def on_my_block(particles, buffers):
+        # Particles come in and messages go out replicated, so the coordinator's
+        # step (median heuristic, SVGD kernel, Adam, the finiteness check) runs
+        # whole on every device: one all-gather per step. With the particle axis
+        # left sharded, XLA partitioned that step too and paid seven collectives
+        # (measured with bench/profile_step.py), more than the step's arithmetic.
+        # The device's block is picked by selects between static slices: a
+        # dynamic slice by axis_index was fused into the first MLP layer and
+        # made it four times slower.
+        block = particles.shape[0] // devices
+        me = jax.lax.axis_index(AXIS)
+        mine = particles[:block]
+        for d in range(1, devices):
+            mine = jnp.where(me == d, particles[d * block : (d + 1) * block], mine)
+        return jax.lax.all_gather(on_all(mine, buffers), AXIS, axis=1, tiled=True)
+
     return jax.shard_map(
-        on_all,
+        on_my_block,
         mesh=mesh,
-        in_specs=(PartitionSpec(AXIS), PartitionSpec()),
-        out_specs=PartitionSpec(None, AXIS),
+        in_specs=(PartitionSpec(), PartitionSpec()),
+        out_specs=PartitionSpec(),
         check_vma=False,
     )
+
+
+def split_particles(particles: Array, devices: int = 1) -> Array:
+    """``particles`` (``(K, P)``, inside a jitted function) marked as split over ``devices`` along K.
+
+    The learning step hands the particles back whole on every device
+    (:func:`client_gradients`); the proposal, whose work is per particle up to
+    the mixture's average (eq. 8-9), is then spread over the devices by XLA
+    again, as it was when the particles stayed split (the last round of a
+    Hartmann-6 run: 218 ms replicated against 105 ms split). The identity
+    for ``devices = 1``.
+    """
+    if devices == 1:
+        return particles
+    spec = PartitionSpec(*((None,) * (particles.ndim - 2)), AXIS)
+    return jax.lax.with_sharding_constraint(particles, NamedSharding(device_mesh(devices), spec))
 
 
 def request_host_devices(devices: int) -> None:

@@ -57,6 +57,12 @@ _CHILD = textwrap.dedent(
             g2 = jax.jit(sharding.client_gradients(learner.model, 2))(particles, bufs)
             out[f"grad_rel_diff_{dtype}"] = float(jnp.max(jnp.abs(g1 - g2)) / jnp.max(jnp.abs(g1)))
             out["grad_shape"] = list(g2.shape)
+    # the compiled learning round: collectives per SVGD step (the while loop's body)
+    import re
+    method = methods.pacd(cfg.replace(devices=2, num_clients=5, svgd_steps=3, svgd_steps_init=3), 6)
+    state = learner.init(jnp.asarray(0), jnp.float32)
+    hlo = jax.jit(method.learn_checked).lower(state, bufs, jnp.asarray(1, jnp.int32)).compile().as_text()
+    out["collectives"] = len(re.findall(r" (all-gather|all-reduce|collective-permute|all-to-all)(-start)?[(]", hlo))
     print(json.dumps(out))
     """
 )
@@ -80,6 +86,9 @@ def test_sharded_runs_equal_one_device_runs():
     assert out["grad_shape"][:2] == [5, 10]
     # the same arithmetic on 5 particles at a time: round-off apart (float32: of a 33-point Gram inverse)
     assert out["grad_rel_diff_float64"] < 1e-11 and out["grad_rel_diff_float32"] < 1e-3, out
+    # one all-gather of the messages per step; the coordinator's step runs whole on each device
+    # (left to XLA's partitioner it took seven collectives: median, kernel, scores, finiteness)
+    assert out["collectives"] == 1, out
 
 
 def test_cli_devices_flag_sets_up_the_host_devices_itself(tmp_path):
