@@ -98,8 +98,9 @@ def client_gradients(model: MetaGP, devices: int = 1) -> Callable[[Array, Client
         # Particles come in and messages go out replicated, so the coordinator's
         # step (median heuristic, SVGD kernel, Adam, the finiteness check) runs
         # whole on every device: one all-gather per step. With the particle axis
-        # left sharded, XLA partitioned that step too and paid seven collectives
-        # (measured with bench/profile_step.py), more than the step's arithmetic.
+        # left sharded, XLA partitioned that step too: seven collectives per step
+        # (counted in the compiled round; tests/test_sharding.py), each a
+        # rendezvous of the devices that cost more than the step's arithmetic.
         # The device's block is picked by selects between static slices: a
         # dynamic slice by axis_index was fused into the first MLP layer and
         # made it four times slower.
