@@ -22,13 +22,13 @@ def test_attack_gmll_gradient_equals_production_gradient():
         particles = model.sample_hyperprior(key, 3, jnp.float64)
         X = jax.random.uniform(jax.random.key(2), (7, 2), jnp.float64)
         y = jax.random.normal(jax.random.key(3), (7,), jnp.float64)
-        ours = attack.dummy_gradients_autodiff(model, particles, X, y)
+        ours = jax.jit(attack.dummy_gradients_autodiff, static_argnums=0)(model, particles, X, y)
         # the production gradient on a padded buffer (10 rows, 7 valid)
         Xp = jnp.zeros((10, 2)).at[:7].set(X)
         yp = jnp.zeros((10,)).at[:7].set(y)
-        ref = gmll_grads(model, particles, GPData(Xp, yp, jnp.arange(10) < 7))
+        ref = jax.jit(gmll_grads, static_argnums=0)(model, particles, GPData(Xp, yp, jnp.arange(10) < 7))
         np.testing.assert_allclose(np.asarray(ours), np.asarray(ref), rtol=1e-9, atol=1e-9)
-        fast = attack.dummy_gradients(model, particles, X, y)
+        fast = jax.jit(attack.dummy_gradients, static_argnums=0)(model, particles, X, y)
         np.testing.assert_allclose(np.asarray(fast), np.asarray(ref), rtol=1e-9, atol=1e-9)
         # and the value equals the production GMLL
         value = attack.attack_gmll(model, particles[0], X, y)
@@ -44,15 +44,16 @@ def test_dlg_loss_gradient_through_the_hand_written_gradient_equals_second_order
         particles = model.sample_hyperprior(jax.random.key(4), 4, jnp.float64)
         X_true = jax.random.uniform(jax.random.key(5), (9, 2), jnp.float64)
         y_true = jax.random.normal(jax.random.key(6), (9,), jnp.float64)
-        A = attack.dummy_gradients_autodiff(model, particles, X_true, y_true)
+        A = jax.jit(attack.dummy_gradients_autodiff, static_argnums=0)(model, particles, X_true, y_true)
         X = jax.random.uniform(jax.random.key(7), (9, 2), jnp.float64)
         y = jax.random.normal(jax.random.key(8), (9,), jnp.float64)
 
         def loss(fn, X, y):
             return jnp.sum((fn(model, particles, X, y) - A) ** 2)
 
-        fast = jax.grad(lambda X, y: loss(attack.dummy_gradients, X, y), argnums=(0, 1))(X, y)
-        ref = jax.grad(lambda X, y: loss(attack.dummy_gradients_autodiff, X, y), argnums=(0, 1))(X, y)
+        # jitted: op by op, second-order autodiff compiles each of its primitives on first use
+        fast = jax.jit(jax.grad(lambda X, y: loss(attack.dummy_gradients, X, y), argnums=(0, 1)))(X, y)
+        ref = jax.jit(jax.grad(lambda X, y: loss(attack.dummy_gradients_autodiff, X, y), argnums=(0, 1)))(X, y)
         for a, b in zip(fast, ref):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-8, atol=1e-10 * float(jnp.max(jnp.abs(b))))
 
@@ -67,8 +68,8 @@ def test_dlg_loss_gradient_matches_finite_differences(cosine):
         A = attack.dummy_gradients(model, particles, X_true, y_true)
         X = jax.random.uniform(jax.random.key(3), (4, 2), jnp.float64)
         y = jax.random.normal(jax.random.key(4), (4,), jnp.float64)
-        f = lambda X, y: attack.dlg_loss(model, X, y, particles, A, cosine=cosine)
-        gX, gy = jax.grad(f, argnums=(0, 1))(X, y)
+        f = jax.jit(lambda X, y: attack.dlg_loss(model, X, y, particles, A, cosine=cosine))
+        gX, gy = jax.jit(jax.grad(f, argnums=(0, 1)))(X, y)
         eps = 1e-6
         for idx in [(0, 0), (2, 1), (3, 0)]:
             e = jnp.zeros_like(X).at[idx].set(eps)
