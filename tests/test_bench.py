@@ -57,12 +57,13 @@ def _run_script(name, args, tmp_path, timeout=600):
 
 
 def test_svgd_step_quick_writes_named_records_and_sweeps(tmp_path):
-    records = _run_script("svgd_step", ["--quick", "--baselines", "autodiff", "--devices", "2"], tmp_path)
+    # baselines: only the one-device run that --devices adds (each extra baseline is two more compiles in CI)
+    records = _run_script("svgd_step", ["--quick", "--baselines", "", "--devices", "2"], tmp_path)
     _check_records(records)
     names = [r["name"] for r in records]
     assert names[:2] == ["anchor-5x20x1d", "bo-5x110x6d"]
     # the named records split the particles over 2 host devices; one device is a baseline
-    assert all(set(r["baselines"]) == {"autodiff", "one-device"} and r["config"]["devices"] == 2 for r in records[:2])
+    assert all(set(r["baselines"]) == {"one-device"} and r["config"]["devices"] == 2 for r in records[:2])
     anchor = records[0]["config"]
     assert (anchor["num_clients"], anchor["points"], anchor["dim"], anchor["num_particles"], anchor["hidden"], anchor["features"]) == (5, 20, 1, 10, [32, 32], 2)
     sweeps = {r["config"]["sweep"] for r in records[2:]}
