@@ -136,20 +136,33 @@ def sigma_for_epsilon(
 ) -> float:
     """The smallest sigma whose run epsilon is at most ``target`` (bisection; epsilon decreases in sigma).
 
-    Returns a sigma with ``epsilon(sigma) <= target`` within ``rel_tol`` of the boundary.
+    Returns a sigma with ``epsilon(sigma) <= target`` within ``rel_tol`` of the boundary. With
+    ``accountant="pld"``, sigmas whose PLD grid would be too coarse are judged by the exact mu-GDP
+    value (:func:`pld_or_exact`), so small targets and short runs bracket like any other.
     """
     if not (math.isfinite(target) and target > 0):
         raise ValueError(f"target epsilon must be a positive finite number, got {target!r}")
-    lo, hi = 1e-2, 1.0
-    while epsilon(hi, compositions, delta, accountant) > target:
-        lo, hi = hi, hi * 2
+    _check(1.0, compositions, delta)
+
+    def eps(sigma: float) -> float:
+        if accountant == "pld":
+            return pld_or_exact(sigma, compositions, delta)[0]
+        return epsilon(sigma, compositions, delta, accountant)
+
+    # bracket the boundary from sigma = 1 outwards: eps(lo) > target >= eps(hi)
+    lo = hi = 1.0
+    while eps(hi) > target:
+        hi *= 2
         if hi > 1e6:
             raise ValueError(f"no sigma below 1e6 reaches epsilon {target} at delta {delta}")
-    if epsilon(lo, compositions, delta, accountant) <= target:
-        return lo
+    while eps(lo) <= target:
+        lo *= 0.5
+        if lo < 1e-6:  # epsilon grows without bound as sigma -> 0; a target this large needs no noise to speak of
+            return hi
+        hi = min(hi, 2 * lo)
     while (hi - lo) / hi > rel_tol:
         mid = 0.5 * (lo + hi)
-        if epsilon(mid, compositions, delta, accountant) > target:
+        if eps(mid) > target:
             lo = mid
         else:
             hi = mid

@@ -101,7 +101,8 @@ def cmd_epsilon(args) -> int:
         sigma = accounting.sigma_for_epsilon(args.target_epsilon, n, args.delta, "pld")
         print(f"sigma = {sigma:.4f} reaches epsilon <= {args.target_epsilon:g} (PLD) for {where}")
         print(f"  noise std per coordinate = 2 sigma C = {2 * sigma * args.clip:.4g} (C = {args.clip:g})")
-        print(f"  at this sigma: epsilon PLD = {accounting.epsilon(sigma, n, args.delta, 'pld'):.4f}, "
+        at_sigma, name = accounting.pld_or_exact(sigma, n, args.delta)
+        print(f"  at this sigma: epsilon {'PLD' if name == 'pld' else 'exact mu-GDP'} = {at_sigma:.4f}, "
               f"RDP = {accounting.epsilon(sigma, n, args.delta, 'rdp'):.4f}")
         return 0
     pld, name = accounting.pld_or_exact(args.sigma, n, args.delta)
