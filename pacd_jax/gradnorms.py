@@ -29,7 +29,7 @@ def _learn_with_norms(learner: methods.MetaLearner, state, buffers, num_steps: i
     """The round's SVGD steps (as :func:`methods.pacd` ``learn`` without DP), also returning ``(steps, N, K)`` norms."""
 
     def one_step(s, _):
-        beta = buffers.count[0].astype(buffers.X.dtype)
+        beta = methods.public_count(buffers)
         grads = jax.vmap(client.local_gradients, (None, None, 0))(learner.model, s.particles, buffers)
         norms = jnp.linalg.norm(grads, axis=-1)  # (N, K)
         return learner.coordinator_update(s, grads, beta), norms

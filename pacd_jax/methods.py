@@ -106,6 +106,17 @@ class MetaLearner:
         return coordinator.update(self.model, self.objective, self.svgd, state, grads, beta)
 
 
+def public_count(buffers) -> Array:
+    """``beta = m0 + t`` of eq. 7, the rows each client holds by the round's schedule.
+
+    The largest count over the clients: a client whose bad value was dropped
+    (``on_bad_value="skip"``) holds one row fewer, and must not lower everyone's
+    weight; this is the public count the MPI coordinator uses, equal to it
+    unless every client dropped a value.
+    """
+    return jnp.max(buffers.count, axis=-1).astype(buffers.X.dtype)
+
+
 def dp_config(config: RunConfig) -> dp.DPConfig:
     """The run's differential-privacy setting (``enabled`` iff ``dp_sigma > 0``)."""
     return dp.check_config(config.dp_sigma, config.dp_clip)
@@ -135,7 +146,7 @@ def pacd(config: RunConfig, dim: int) -> Method:
 
     def step(s, buffers, round_idx, step_idx, dp_keys=None):
         """One SVGD step; returns the new state and the ``(N, K, P)`` messages as sent."""
-        beta = buffers.count[0].astype(buffers.X.dtype)  # beta = m, the same for every client
+        beta = public_count(buffers)
         # every client computes its K gradients on its own data (eq. 6), privatised
         # there when DP is on (eq. 12-13) ...
         step_keys = jax.vmap(client.dp_step_key, (0, None))(dp_keys, step_idx) if privacy.enabled else None
@@ -237,7 +248,7 @@ def pacoh(config: RunConfig, dim: int) -> Method:
 
     def learn(state, buffers, round_idx, dp_keys=None):
         del dp_keys  # nothing leaves a client: DP is refused above
-        beta = buffers.count[0].astype(buffers.X.dtype)
+        beta = public_count(buffers)
         pooled = jax.vmap(lambda b: client.model_data(b, model.config.output_warp))(buffers)  # all tasks' data in one place
 
         def one_step(_, s):

@@ -82,3 +82,25 @@ def test_pacoh_score_equals_aggregated_client_gradients():
             out[m] = np.asarray(method.learn(state.model, state.buffers, jnp.asarray(0, jnp.int32)).particles)
         np.testing.assert_allclose(out["pacoh"], out["pacd"], rtol=1e-9, atol=1e-11)
         assert not np.allclose(out["pacd"], np.asarray(methods.build(config, problem.dim).init(seed, state.buffers).particles))
+
+
+def test_a_dropped_value_does_not_change_the_data_weight():
+    # beta of eq. 7 is the schedule's m0 + t (what the MPI coordinator uses), whichever client
+    # dropped a bad value (on_bad_value="skip" leaves that client one row short)
+    from pacd_jax.config import RunConfig
+
+    with jax.enable_x64(True):
+        cfg = RunConfig(num_clients=3, num_particles=3, hidden=(4,), svgd_steps=1, svgd_steps_init=1,
+                        learning_rate=0.05, x64=True)
+        rng = np.random.default_rng(1)
+        X, y = jnp.asarray(rng.uniform(size=(3, 9, 2))), jnp.asarray(rng.normal(size=(3, 9)))
+        learner = methods.meta_learner(cfg, 2)
+        for counts in ([5, 6, 6], [6, 6, 5]):
+            bufs = client.ClientBuffer(X, y, jnp.asarray(counts, jnp.int32))
+            state = methods.pacd(cfg, 2).init(jnp.asarray(0), bufs)
+            grads = jax.vmap(client.local_gradients, (None, None, 0))(learner.model, state.particles, bufs)
+            want = {b: np.asarray(learner.coordinator_update(state, grads, jnp.asarray(b)).particles) for b in (5.0, 6.0)}
+            assert np.abs(want[5.0] - want[6.0]).max() > 1e-9  # Adam mostly normalises the weight away, not quite
+            for m in ("pacd", "pacoh"):
+                got = methods.build(cfg.replace(method=m), 2).learn(state, bufs, jnp.asarray(0))
+                np.testing.assert_allclose(np.asarray(got.particles), want[6.0], rtol=0, atol=1e-11, err_msg=f"{m} {counts}")
