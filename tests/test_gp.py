@@ -106,6 +106,13 @@ def test_hyperprior_density_score_and_samples():
         # the documented hyper-prior: weights 0.5, biases 3 (PACOH), lengthscale N(0,1), noise N(-4,1)
         assert set(np.unique(std)) == {0.5, 1.0, 3.0}
         assert np.sum(mean == -4.0) == 1 and np.sum(std == 1.0) == 4
+        # leaf by leaf: every dense kernel 0.5, every bias 3, lengthscales N(0, 1), noise N(-4, 1)
+        stds, means = model.unravel(jnp.asarray(std)), model.unravel(jnp.asarray(mean))
+        for net in ("mean", "features"):
+            for layer in stds[net].values():
+                assert np.all(np.asarray(layer["kernel"]) == 0.5) and np.all(np.asarray(layer["bias"]) == 3.0)
+        assert np.all(np.asarray(stds["lengthscale_raw"]) == 1.0) and np.all(np.asarray(means["lengthscale_raw"]) == 0.0)
+        assert float(stds["noise_raw"][0]) == 1.0 and float(means["noise_raw"][0]) == -4.0
         phi = model.sample_hyperprior(jax.random.key(9), 3)
         oracle = scipy.stats.norm.logpdf(np.asarray(phi), mean, std).sum(-1)
         np.testing.assert_allclose(np.asarray(model.log_hyperprior(phi)), oracle, rtol=1e-12)
@@ -280,3 +287,56 @@ def test_matern_feature_kernel_matches_sklearn(input_kernel):
 def test_unknown_feature_kernel():
     with pytest.raises(ValueError, match="unknown kernel 'laplace'"):
         MetaGPConfig(dim=2, kernel="laplace")
+
+
+def _np_mlp(layers: dict, x: np.ndarray) -> np.ndarray:
+    """tanh MLP, plain numpy: ``Dense_0 .. Dense_L`` with tanh between (paper eq. 5's networks)."""
+    for i in range(len(layers)):
+        x = x @ np.asarray(layers[f"Dense_{i}"]["kernel"]) + np.asarray(layers[f"Dense_{i}"]["bias"])
+        if i < len(layers) - 1:
+            x = np.tanh(x)
+    return x
+
+
+def _np_prior_logpdf(model: MetaGP, phi: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
+    """ln N(y; m(X), K(X, X) + sigma^2 I) of paper eq. 5 with the options of DESIGN.md section 3, numpy/scipy only."""
+    cfg = model.config
+    p = jax.tree_util.tree_map(np.asarray, model.unravel(jnp.asarray(phi)))  # the parameter layout only
+    x = (X - 0.5) * np.sqrt(12.0) if cfg.standardise_inputs else X
+    softplus = lambda z: np.log1p(np.exp(z))
+    h = _np_mlp(p["features"], x)
+    if cfg.learn_lengthscale:
+        h = h / softplus(p["lengthscale_raw"])
+    if cfg.input_kernel:
+        h = np.concatenate([h, x / softplus(p["input_lengthscale_raw"])], axis=-1)
+    d2 = ((h[:, None, :] - h[None, :, :]) ** 2).sum(-1)
+    s = cfg.kernel_variance * (np.exp(p["outputscale_raw"][0]) if cfg.learn_outputscale else 1.0)
+    if cfg.kernel == "se":
+        K = s * np.exp(-0.5 * d2)
+    else:
+        r = np.sqrt(d2)
+        K = s * (1 + np.sqrt(5) * r + 5 / 3 * d2) * np.exp(-np.sqrt(5) * r)
+    noise = softplus(p["noise_raw"][0]) + cfg.noise_floor + gp.DEFAULT_JITTER
+    return scipy.stats.multivariate_normal.logpdf(y, _np_mlp(p["mean"], x)[:, 0], K + noise * np.eye(len(y)))
+
+
+@pytest.mark.parametrize("options", [
+    dict(dim=2, hidden=(6, 6)),
+    dict(dim=3, hidden=(5,), learn_lengthscale=False),
+    dict(dim=2, hidden=(6, 6), learn_outputscale=True, input_kernel=True),
+    dict(dim=2, hidden=(6, 6), kernel="matern52"),
+    dict(dim=1, hidden=(6, 6), standardise_inputs=False),
+])
+def test_prior_model_against_a_numpy_transcription(options):
+    # the GMLL tests build their scipy oracle from model.prior_moments; this one checks the
+    # networks and kernel themselves (eq. 5) against plain numpy, on padded buffers with junk rows
+    with jax.enable_x64(True):
+        model = MetaGP(MetaGPConfig(**options))
+        rng = np.random.default_rng(0)
+        m, size, d = 7, 11, options["dim"]
+        X, y = rng.uniform(size=(size, d)), rng.normal(size=size)
+        X[m:], y[m:] = 5.0, 9.0
+        data = GPData(jnp.asarray(X), jnp.asarray(y), gp.make_mask(m, size))
+        for phi in np.asarray(model.sample_hyperprior(jax.random.key(1), 2, jnp.float64)):
+            want = _np_prior_logpdf(model, phi, X[:m], y[:m])
+            assert float(model.gmll(jnp.asarray(phi), data)) == pytest.approx(want, rel=1e-10, abs=1e-10)
