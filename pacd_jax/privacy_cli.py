@@ -50,7 +50,8 @@ def add_parsers(sub) -> None:
     eps.add_argument("--clip", type=_positive_float, default=d.dp_clip, help="clip norm C (reported; epsilon does not depend on it) (default %(default)s)")
     eps.add_argument("--particles", type=_positive_int, default=d.num_particles, help="particles K (default %(default)s)")
     eps.add_argument("--steps-per-round", type=_positive_int, default=d.svgd_steps, help="SVGD steps per round S (default %(default)s)")
-    eps.add_argument("--steps-init", type=_nonneg_int, help="SVGD steps in round 0 (default: S; the run default is 500)")
+    eps.add_argument("--steps-init", type=_nonneg_int, default=d.svgd_steps_init,
+                     help="SVGD steps in round 0 (default %(default)s, as pacd-bo run)")
     eps.add_argument("--rounds", type=_positive_int, default=100, help="BO rounds T (default %(default)s)")
     eps.add_argument("--delta", type=_delta, default=1e-5, help="delta (default %(default)s)")
 

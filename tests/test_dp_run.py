@@ -82,10 +82,15 @@ def test_config_and_cli_validation(tmp_path, capsys):
 
 
 def test_epsilon_cli(capsys):
-    assert main(["epsilon", "--sigma", "4", "--particles", "1", "--steps-per-round", "1", "--rounds", "100", "--delta", "1e-5"]) == 0
+    one_each = ["--particles", "1", "--steps-init", "1", "--steps-per-round", "1", "--rounds", "100"]
+    assert main(["epsilon", "--sigma", "4", *one_each, "--delta", "1e-5"]) == 0
     out = capsys.readouterr().out
     assert "13.2" in out and "14.1" in out
-    assert main(["epsilon", "--particles", "1", "--steps-per-round", "1", "--rounds", "100", "--target-epsilon", "13.2067"]) == 0
+    # the defaults count the releases of a default `pacd-bo run`: K (500 + (T - 1) S)
+    d = RunConfig()
+    assert main(["epsilon", "--sigma", "8"]) == 0
+    assert f"= {d.num_particles * (d.svgd_steps_init + 99 * d.svgd_steps)} Gaussian releases" in capsys.readouterr().out
+    assert main(["epsilon", *one_each, "--target-epsilon", "13.2067"]) == 0
     out = capsys.readouterr().out
     assert "sigma" in out and "4.00" in out
     assert main(["epsilon", "--sigma", "0", "--rounds", "3"]) == 2
