@@ -47,6 +47,8 @@ LABELS = {"independent": "Independent", "pacoh": "PACOH-BO", "pacd": "PACD-BO", 
 BENCH_LABELS = {"sinusoid": "Sinusoid", "branin": "Branin", "hartmann6": "Hartmann-6", "wingweight": "Wing Weight"}
 #: The method the paired comparison of ``table.md`` holds every other method against.
 REFERENCE = "pacd"
+#: ``accept(benchmark, method, run_doc) -> bool``: whether a cell's ``run.json`` counts.
+CellFilter = Callable[[str, str, dict], bool]
 
 
 def config_dict(config) -> dict:
@@ -212,19 +214,28 @@ def run_grid(
                 signal.signal(signal.SIGTERM, previous_term)
     else:
         bar.close()
+    # only cells made with this grid's settings: a cell whose rerun failed keeps the
+    # run.json of other settings on disk, and that must not fill the table
+    def current(bench: str, method: str, doc: dict) -> bool:
+        options = config_dict(base.replace(benchmark=bench, method=method))
+        return doc.get("table_cell", {}).get("config_hash") == config_hash(options)
+
     return summarise_grid(base, benchmarks, methods, out, command, xla_flags,
                           {"elapsed_s": time.perf_counter() - start, "cells_run": len(todo) - len(failed),
-                           "cells_reused": skipped, "failed_cells": failed}, fmt=fmt)
+                           "cells_reused": skipped, "failed_cells": failed}, fmt=fmt, accept=current)
 
 
 def summarise_grid(base, benchmarks, methods, out, command: str, xla_flags: str | None, extra: dict | None = None,
-                   more: Sequence[str | os.PathLike] = (), fmt: str = "png") -> dict:
+                   more: Sequence[str | os.PathLike] = (), fmt: str = "png", accept: CellFilter | None = None) -> dict:
     """Write ``table.json``, ``table.md`` and ``convergence.png`` into ``out`` from the cells
-    present in ``out`` (and in the folders ``more``, whose seeds are added; see :func:`collect`)."""
+    present in ``out`` (and in the folders ``more``, whose seeds are added; see :func:`collect`).
+
+    ``accept(benchmark, method, run_doc)``: which cells count (default all); the others are missing.
+    """
     out = Path(out)
     sources = [out, *map(Path, more)]
-    cells = [c for d in sources for c in _cells(d, benchmarks, methods)]
-    doc = collect(sources, benchmarks, methods)
+    cells = [c for d in sources for c in _cells(d, benchmarks, methods, accept)]
+    doc = collect(sources, benchmarks, methods, accept)
     doc["meta"] = {
         "command": command,
         **_provenance(),
@@ -237,7 +248,7 @@ def summarise_grid(base, benchmarks, methods, out, command: str, xla_flags: str 
     }
     if more:
         doc["meta"]["seed_sources"] = [str(d) for d in sources]
-    write_outputs(doc, out, benchmarks, methods, sources, fmt)
+    write_outputs(doc, out, benchmarks, methods, sources, fmt, accept)
     return doc
 
 
@@ -257,33 +268,30 @@ def _provenance() -> dict:
     return {"commit": provenance.commit(), "machine": provenance.machine()}
 
 
-def _cells(out: Path, benchmarks, methods):
-    from pacd_jax import io
-
+def _cells(out: Path, benchmarks, methods, accept: CellFilter | None = None):
     for bench in benchmarks:
         for method in methods:
-            path = cell_path(out, bench, method)
-            if path.exists():
-                yield io.read_json(path)
+            yield from _cell_runs(out, bench, method, accept)
 
 
 def _dirs(out) -> list[Path]:
     return [Path(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
 
 
-def _cell_runs(out, bench: str, method: str) -> list[dict]:
+def _cell_runs(out, bench: str, method: str, accept: CellFilter | None = None) -> list[dict]:
     from pacd_jax import io
 
-    return [io.read_json(cell_path(d, bench, method)) for d in _dirs(out) if cell_path(d, bench, method).exists()]
+    runs = [io.read_json(cell_path(d, bench, method)) for d in _dirs(out) if cell_path(d, bench, method).exists()]
+    return [r for r in runs if accept is None or accept(bench, method, r)]
 
 
-def collect(out, benchmarks: Sequence[str], methods: Sequence[str]) -> dict:
+def collect(out, benchmarks: Sequence[str], methods: Sequence[str], accept: CellFilter | None = None) -> dict:
     """``table.json`` body from the cells' ``run.json`` (client-averaged, then over seeds).
 
     ``out`` is a grid folder or a list of them: a cell's seeds are then the
     union over the folders (the first folder wins for a repeated seed), e.g.
     to add seeds to a finished grid. Cells without a ``run.json`` are left out
-    (a partial grid).
+    (a partial grid), as are cells ``accept(benchmark, method, run_doc)`` refuses.
     """
     from pacd_jax import metrics
 
@@ -292,7 +300,7 @@ def collect(out, benchmarks: Sequence[str], methods: Sequence[str]) -> dict:
         doc[bench] = {}
         for method in methods:
             per_seed = {}
-            for run in _cell_runs(out, bench, method):
+            for run in _cell_runs(out, bench, method, accept):
                 for r in run["results"]:
                     per_seed.setdefault(r["seed"], {
                         "seed": r["seed"],
@@ -415,7 +423,8 @@ def _paired_markdown(doc: dict, benchmarks: Sequence[str], methods: Sequence[str
     return lines + [""]
 
 
-def plot_grid(out, benchmarks: Sequence[str], methods: Sequence[str], path: str | os.PathLike) -> None:
+def plot_grid(out, benchmarks: Sequence[str], methods: Sequence[str], path: str | os.PathLike,
+              accept: CellFilter | None = None) -> None:
     """Figure 2: mean client-averaged normalised regret vs round, ±1 std band over seeds."""
     from pacd_jax import io
     from pacd_jax.experiment import regret_curves
@@ -426,7 +435,7 @@ def plot_grid(out, benchmarks: Sequence[str], methods: Sequence[str], path: str 
     fig, axes = plt.subplots(1, len(benchmarks), figsize=(3.4 * len(benchmarks), 3.0), dpi=150, squeeze=False)
     for ax, bench in zip(axes[0], benchmarks):
         for method in methods:
-            runs = _cell_runs(out, bench, method)
+            runs = _cell_runs(out, bench, method, accept)
             if not runs:
                 continue
             curves, seen = [], set()
@@ -445,7 +454,8 @@ def plot_grid(out, benchmarks: Sequence[str], methods: Sequence[str], path: str 
         ax.set_xlabel("BO round t")
         ax.grid(alpha=0.3, which="both")
     axes[0][0].set_ylabel("normalised regret")
-    axes[0][-1].legend(fontsize=7)
+    if any(ax.get_legend_handles_labels()[0] for ax in axes[0]):  # a grid with no finished cell has no lines
+        axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
     fmt = os.path.splitext(str(path))[1].lstrip(".") or "png"
     with io.atomic_path(path) as tmp:
@@ -453,13 +463,14 @@ def plot_grid(out, benchmarks: Sequence[str], methods: Sequence[str], path: str 
     plt.close(fig)
 
 
-def write_outputs(doc: dict, out: Path, benchmarks: Sequence[str], methods: Sequence[str], sources=None, fmt: str = "png") -> None:
+def write_outputs(doc: dict, out: Path, benchmarks: Sequence[str], methods: Sequence[str], sources=None, fmt: str = "png",
+                  accept: CellFilter | None = None) -> None:
     from pacd_jax import io
 
     io.write_json(out / "table.json", doc)
     with io.atomic_path(out / "table.md") as tmp:
         tmp.write_text(markdown(doc, benchmarks, methods))
-    plot_grid(sources or out, benchmarks, methods, out / f"convergence.{fmt}")
+    plot_grid(sources or out, benchmarks, methods, out / f"convergence.{fmt}", accept)
 
 
 # -- command line ---------------------------------------------------------------------

@@ -137,3 +137,31 @@ def test_paired_comparison_against_the_exact_signed_rank_distribution():
     c = paired_comparison(ref, other)
     assert (c["reference_lower"], c["reference_higher"]) == (5, 1) and c["p_value"] == pytest.approx(4 / 2**6)
     assert paired_comparison(ref, [{"seed": 0, "final_regret": 0.1}])["p_value"] == 1.0
+
+
+def test_a_cell_whose_rerun_fails_does_not_fill_the_table_with_other_settings(tmp_path, monkeypatch, capsys):
+    # an earlier grid left a cell made with 2 rounds; this grid asks for 3, the rerun fails:
+    # the old numbers must not be reported as this grid's (the cell is missing instead)
+    from pacd_jax import table
+    from pacd_jax.config import RunConfig
+
+    new = RunConfig(iters=3, seeds=(0,))
+    old = new.replace(benchmark="sinusoid", method="independent", iters=2)
+    path = table.cell_path(tmp_path, "sinusoid", "independent")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({
+        "wall_time_s": 1.0,
+        "results": [{"seed": 0, "clients": [{"final_regret": 0.123, "auc": 0.5, "regret": [1.0, 0.5, 0.123]}]}],
+        "table_cell": {"config_hash": table.config_hash(table.config_dict(old))}}))
+
+    def failing_workers(todo, jobs, xla_flags):
+        for options, _ in todo:
+            yield options["benchmark"], options["method"], "RuntimeError: worker failed"
+
+    monkeypatch.setattr(table, "_run_cells", failing_workers)
+    doc = table.run_grid(new, ["sinusoid"], ["independent"], tmp_path, progress=False)
+    assert "independent" not in doc["sinusoid"]
+    assert doc["meta"]["missing_cells"] == ["sinusoid/independent"] and len(doc["meta"]["failed_cells"]) == 1
+    assert "0.123" not in (tmp_path / "table.md").read_text()
+    assert path.exists()  # nothing is deleted: the earlier grid's file stays for --collect-only
+    assert "worker failed" in capsys.readouterr().err
