@@ -72,6 +72,11 @@ class InterceptSpec:
         bad = [t for t in self.rounds if not 0 <= t < config.iters]
         if bad:
             raise ValueError(f"intercept rounds must be in [0, {config.iters - 1}] (--iters {config.iters}), got {bad}")
+        silent = [t for t in self.rounds if (config.svgd_steps_init if t == 0 else config.svgd_steps) == 0]
+        if silent:
+            # no SVGD step, no message: there is nothing the coordinator saw to record
+            raise ValueError(f"intercept rounds {silent} have no SVGD step (--svgd-steps-init {config.svgd_steps_init}, "
+                             f"--svgd-steps {config.svgd_steps}): the client sends nothing in them")
 
 
 def save_records(path, records: Sequence[Record]) -> None:

@@ -60,3 +60,9 @@ def test_bad_spec_is_rejected():
         intercept.InterceptSpec(9, (1,)).check(config)
     with pytest.raises(ValueError, match="sends gradients"):
         intercept.InterceptSpec(0, (1,)).check(config.replace(method="independent"))
+    # a round without SVGD steps sends no message: nothing to record (both backends call check)
+    with pytest.raises(ValueError, match=r"rounds \[1, 3\] have no SVGD step"):
+        intercept.InterceptSpec(0, (0, 1, 3)).check(config.replace(svgd_steps=0))
+    with pytest.raises(ValueError, match=r"rounds \[0\] have no SVGD step"):
+        intercept.InterceptSpec(0, (0, 1)).check(config.replace(svgd_steps_init=0))
+    intercept.InterceptSpec(0, (0,)).check(config.replace(svgd_steps=0))  # round 0 has its own steps
