@@ -103,7 +103,8 @@ def test_five_clients_log_only_particle_and_gradient_shapes(tmp_path):
     marks = tmp_path / "marks"
     marks.mkdir()
     proc = mpirun(6, ["--task", "helpers:recording_branin", "--clients", "5", "--iters", "2", "--seeds", "2",
-                      "--comm-log", "comm.jsonl", "--out", "out", *SMALL_CLI], tmp_path, env={"PACD_TEST_MARKS": str(marks)})
+                      "--comm-log", "comm.jsonl", "--checkpoint", "ck", "--out", "out", *SMALL_CLI], tmp_path,
+                  env={"PACD_TEST_MARKS": str(marks)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((tmp_path / "out" / "run.json").read_text())
     log = [json.loads(line) for line in (tmp_path / "comm.jsonl").read_text().splitlines()]
@@ -115,10 +116,12 @@ def test_five_clients_log_only_particle_and_gradient_shapes(tmp_path):
     assert all(e["dtype"] == "float32" and e["bytes"] == K * P * 4 for e in protocol)
     assert all(e["sender"] == 0 and e["receiver"] in range(1, 6) for e in protocol if e["kind"] == "particles")
     assert all(e["receiver"] == 0 and e["sender"] in range(1, 6) for e in protocol if e["kind"] == "gradients")
-    # the only other messages: one manifest per client at the start, one summary per client and seed at the end
+    # the only other messages: one manifest per client at the start, its saved round positions
+    # (--checkpoint: where to resume), one summary per client and seed at the end
     others = [e for e in log if e["kind"] not in ("particles", "gradients")]
     assert sorted((e["kind"], e["sender"]) for e in others) == sorted(
-        [("manifest", r) for r in range(1, 6)] + [("summary", r) for r in range(1, 6) for _ in range(2)]
+        [("manifest", r) for r in range(1, 6)] + [("resume_positions", r) for r in range(1, 6)]
+        + [("summary", r) for r in range(1, 6) for _ in range(2)]
     )
     # byte totals in run.json equal the log
     comm = doc["communication"]

@@ -287,7 +287,8 @@ def _rank_store(config: RunConfig, directory, resume: bool, rank: int, channel: 
     from pacd_jax.distributed.resume import RankStore
 
     store = RankStore(directory, checkpoint.config_hash(config, {"role": "mpi"}), resume, rank, config.iters)
-    store.agree(channel.comm)
+    positions = store.agree(channel.comm)
+    _log_host_messages(channel, "resume_positions", positions[1:], range(1, len(positions)))
     return store
 
 

@@ -57,8 +57,11 @@ class RankStore:
                 out[self._g(int(meta["extra"]["seed_index"]), int(meta["rounds_done"]))] = path
         return out
 
-    def agree(self, comm) -> None:
-        """Collective: settle on the latest position every rank holds (none: start afresh)."""
+    def agree(self, comm) -> list:
+        """Collective: settle on the latest position every rank holds (none: start afresh).
+
+        Returns what every rank sent, by rank (its restorable round positions).
+        """
         mine = self.available()
         everyone = comm.allgather(sorted(mine))
         common = set(everyone[0]).intersection(*map(set, everyone[1:]))
@@ -66,6 +69,7 @@ class RankStore:
             g = max(common)
             self.position = divmod(g, self.iters + 1)
             self._path = mine[g]
+        return everyone
 
     def published_summaries(self) -> list:
         """Rank 0: the ``[seed, summaries]`` of the seeds finished before the agreed position."""
