@@ -48,10 +48,26 @@ def _check_reduced_grid_files(uninterrupted):
         assert paired["reference_lower"] + paired["reference_higher"] + paired["level"] == 2
     png = (uninterrupted / "convergence.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    import numpy as np
+
     for bench in ("sinusoid", "branin"):
         for method in ("pacd", "cboc-l"):
             run = json.loads((uninterrupted / "cells" / bench / method / "run.json").read_text())
             assert run["summary"]["final_regret_mean"] == doc[bench][method]["final_regret_mean"]
+            # from the clients' own numbers: average over clients, then mean and population std over seeds
+            per_seed = np.array([[np.mean([c[k] for c in r["clients"]]) for k in ("final_regret", "auc")]
+                                 for r in sorted(run["results"], key=lambda r: r["seed"])])
+            cell = doc[bench][method]
+            np.testing.assert_allclose([cell["final_regret_mean"], cell["final_regret_std"], cell["auc_mean"], cell["auc_std"]],
+                                       [*[f(per_seed[:, 0]) for f in (np.mean, np.std)], *[f(per_seed[:, 1]) for f in (np.mean, np.std)]],
+                                       rtol=1e-12, atol=1e-15)
+    # the regret block's bold entries in each column: the lowest mean at the 4 decimals shown (ties all bold)
+    block = md.split("\n\n")[1].splitlines()
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in block[2:]}
+    for col, bench in enumerate(("sinusoid", "branin")):
+        shown = {m: float(f"{doc[bench][m]['final_regret_mean']:.4f}") for m in ("pacd", "cboc-l")}
+        for method, label in (("pacd", "PACD-BO"), ("cboc-l", "CBOC-L")):
+            assert rows[label][col].startswith("**") == (shown[method] == min(shown.values())), (bench, rows)
 
 
 def _run_and_interrupt(cmd, env, out):
