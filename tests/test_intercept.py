@@ -28,10 +28,11 @@ def test_the_record_is_the_targets_message_and_nothing_else(intercepted, tmp_pat
         assert set(rec._fields) == set(intercept.RECORD_FIELDS) == {"round", "client", "m", "particles", "grads", "bounds"}
         assert rec.client == 1 and rec.m == 5 + rec.round == truth.X.shape[0]
         assert rec.particles.shape == rec.grads.shape == (config.num_particles, model.num_params)
-        # the message equals what the client computes on its own data for those particles
+        # the message equals the GMLL gradient on the target's own data at those particles (eq. 6),
+        # here by autodiff (MetaGP.gmll_grad), not the hand-written backward pass that sent it
         m = rec.m
         buf = ClientBuffer(jnp.asarray(truth.X), jnp.asarray(results.y[0, 1, :m]), jnp.asarray(m, jnp.int32))
-        sent = client.local_gradients(model, jnp.asarray(rec.particles), buf)
+        sent = jax.vmap(model.gmll_grad, (0, None))(jnp.asarray(rec.particles), client.model_data(buf))
         np.testing.assert_allclose(rec.grads, np.asarray(sent), rtol=2e-3, atol=2e-4)
         # truth is the buffer in model space
         lo, hi = rec.bounds[:, 0], rec.bounds[:, 1]
