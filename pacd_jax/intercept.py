@@ -134,13 +134,16 @@ def run_vmap(config: RunConfig, spec: InterceptSpec, task_factory=None, seed: in
     target = spec.client
     bounds = np.stack([problem.lower, problem.upper], axis=1)
 
+    place = method.placement or (lambda tree: tree)  # one sharding for the state in and out of a round
+
     def round_fn(state, t, s):
         learn = lambda model_state, buffers, t_, dp_keys: method.learn_intercept(model_state, buffers, t_, target, dp_keys)  # noqa: E731
-        return loop.bo_round_aux(problem, method, state, t, s, params, learn)
+        new, out, seen = loop.bo_round_aux(problem, method, state, t, s, params, learn)
+        return place(new), out, seen
 
     round_jit = jax.jit(round_fn)
     seed_arr = jnp.asarray(seed, jnp.int32)
-    state = jax.jit(lambda s: loop.initial_state(problem, method, s, params, dtype))(seed_arr)
+    state = place(jax.jit(lambda s: loop.initial_state(problem, method, s, params, dtype))(seed_arr))
     wanted = set(spec.rounds)
     records, truths = [], []
     for t in range(config.iters):

@@ -293,7 +293,12 @@ def run_batch(
         learn_aux = method.learn_checked
     else:
         learn_aux = lambda m, b, t, k: (method.learn(m, b, t, k), ())  # noqa: E731
-    one_round = lambda st, t, s, p: bo_round_aux(problem, method, st, t, s, p, learn_aux)  # noqa: E731
+    place = method.placement or (lambda tree: tree)  # one sharding for the state in and out of a round
+
+    def one_round(st, t, s, p):
+        new, out, bad_record = bo_round_aux(problem, method, st, t, s, p, learn_aux)
+        return place(new), out, bad_record
+
     if vectorise:
         p_axis = 0 if batched_params else None
         init = jax.jit(jax.vmap(lambda s, p: initial_state(problem, method, s, p, dtype), (0, p_axis)))
@@ -322,6 +327,7 @@ def run_batch(
         _check_finite(batch(state.buffers.y[..., : problem.init_points]), list(seeds), ids, "in the initial design")
         if store is not None:
             store.save(store_name, state, 0, {"seeds": list(seeds), "skipped": []})
+    state = place(state)
     for t in range(start, problem.iters):
         state, (_, y), bad_record = round_fn(state, jnp.asarray(t, jnp.int32), seed_arr, params)
         y_host = batch(y)
@@ -332,7 +338,7 @@ def run_batch(
             method.bad_gradients.raise_first(ids)
         bad = ~np.isfinite(np.asarray(y_host))
         if bad.any() and on_bad_value == "skip":
-            state = _drop_values(state, bad, vectorise)
+            state = place(_drop_values(state, bad, vectorise))
             skipped += [(int(s), int(i), t) for s, i in np.argwhere(bad)]
         elif bad.any():
             try:

@@ -51,6 +51,10 @@ class Method(NamedTuple):
     #: callback and JAX's persistent compilation cache can keep it; the backend
     #: passes the record to ``bad_gradients.record`` on the host. None: use ``learn``.
     learn_checked: Callable | None = None
+    #: ``placement(tree) -> tree``: puts a state (built on the host or on one device)
+    #: where the method's jitted round leaves it, so that the round's first call
+    #: and every later one see the same input shardings and compile once; None: as is.
+    placement: Callable | None = None
 
 
 def maximiser_config(config: RunConfig) -> MaximiserConfig:
@@ -190,7 +194,8 @@ def pacd(config: RunConfig, dim: int) -> Method:
         particles = sharding.split_particles(state.particles, config.devices)
         return propose_meta_all(learner, config, particles, buffers, keys_)
 
-    return Method(config.method, init, learn, propose, learn_intercept, bad_log, learn_checked)
+    placement = sharding.replicator(config.devices)
+    return Method(config.method, init, learn, propose, learn_intercept, bad_log, learn_checked, placement)
 
 
 def propose_meta_all(learner: MetaLearner, config: RunConfig, particles: Array, buffers: ClientBuffer, keys_: Array) -> Array:

@@ -136,6 +136,23 @@ def split_particles(particles: Array, devices: int = 1) -> Array:
     return jax.lax.with_sharding_constraint(particles, NamedSharding(device_mesh(devices), spec))
 
 
+def replicator(devices: int = 1) -> Callable | None:
+    """``tree -> tree`` replicated over the ``devices`` mesh (None for one device), in or out of ``jit``.
+
+    ``jax.jit`` keys its cache on input shardings: a state made by the
+    (unsharded) initialisation, a checkpoint or a host-side edit lives on one
+    device, while a round left it on the mesh (its particles split, from the
+    proposal), so the round compiled a second time at round 1. The backend
+    replicates the state it starts from and the state each round returns.
+    """
+    if devices == 1:
+        return None
+    replicated = NamedSharding(device_mesh(devices), PartitionSpec())
+    # a constraint inside the jitted round (its output stays whole: the proposal's split of the
+    # particles would otherwise propagate into the returned state), a transfer outside it
+    return lambda tree: jax.lax.with_sharding_constraint(tree, replicated)
+
+
 def request_host_devices(devices: int) -> None:
     """Ask XLA's CPU platform for ``devices`` host devices; only effective before JAX's backends start.
 

@@ -37,9 +37,20 @@ _CHILD = textwrap.dedent(
     with jax.enable_x64(True):
         base = RunConfig(benchmark="branin", num_clients=3, iters=3, seeds=(0, 1), hidden=(8, 8), svgd_steps=5,
                          svgd_steps_init=10, num_candidates=64, num_local=16, refine_steps=5, num_particles=4, x64=True)
+        from pacd_jax import loop
+        traced, original = [], loop.bo_round_aux
+        def counting(*args, **kwargs):
+            traced.append(1)
+            return original(*args, **kwargs)
         for sigma in (0.0, 2.0):
             cfg = base.replace(dp_sigma=sigma, dp_clip=5.0)
-            one, two = experiment.run(cfg), experiment.run(cfg.replace(devices=2))
+            one = experiment.run(cfg)
+            loop.bo_round_aux, traced[:] = counting, []
+            try:
+                two = experiment.run(cfg.replace(devices=2))
+            finally:
+                loop.bo_round_aux = original
+            out[f"round_traces_{sigma}"] = len(traced)
             out[f"x_diff_{sigma}"] = max(float(np.max(np.abs(np.asarray(a["X"]) - np.asarray(b["X"]))))
                                          for ra, rb in zip(one["results"], two["results"])
                                          for a, b in zip(ra["clients"], rb["clients"]))
@@ -83,6 +94,7 @@ def test_sharded_runs_equal_one_device_runs():
     for sigma in ("0.0", "2.0"):
         assert out[f"devices_recorded_{sigma}"] == 2
         assert out[f"x_diff_{sigma}"] < 1e-9, out  # float64 round-off, DP noise included
+        assert out[f"round_traces_{sigma}"] == 1, out  # one compile of the round on the mesh, not two
     assert out["grad_shape"][:2] == [5, 10]
     # the same arithmetic on 5 particles at a time: round-off apart (float32: of a 33-point Gram inverse)
     assert out["grad_rel_diff_float64"] < 1e-11 and out["grad_rel_diff_float32"] < 1e-3, out
