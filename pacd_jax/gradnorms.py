@@ -38,7 +38,7 @@ def _learn_with_norms(learner: methods.MetaLearner, state, buffers, num_steps: i
 
 
 def record(config: RunConfig, rounds: Sequence[int], quantile: float = 0.5, on_round=None) -> dict:
-    """Per-particle gradient norms at every SVGD step of ``rounds`` (DP off), over the config's seeds.
+    """Per-particle gradient norms at every SVGD step of ``rounds`` and round 0 (DP off), over the config's seeds.
 
     ``on_round(rounds_done, rounds_total)`` is called after every BO round of every seed (progress).
 
@@ -48,7 +48,7 @@ def record(config: RunConfig, rounds: Sequence[int], quantile: float = 0.5, on_r
     if config.method not in ("pacd", "pacoh"):
         raise ValueError("gradient norms exist for the meta-learner (method pacd or pacoh)")
     config = config.replace(dp_sigma=0.0)
-    rounds = sorted(set(int(r) for r in rounds))
+    rounds = sorted(set(int(r) for r in rounds) | {0})  # round 0 always: the suggested C is a quantile of its norms
     x64 = jax.enable_x64(True) if config.x64 else contextlib.nullcontext()
     with x64:
         dtype = jnp.result_type(float)
@@ -74,7 +74,7 @@ def record(config: RunConfig, rounds: Sequence[int], quantile: float = 0.5, on_r
                     done += 1
                     on_round(done, len(config.seeds) * (max(rounds) + 1))
     flat = {r: np.concatenate(v) if v else np.zeros(0) for r, v in norms.items()}
-    first = flat[rounds[0]]
+    first = flat[0]
     per_round = {
         str(r): {
             "count": int(v.size),
@@ -116,7 +116,7 @@ def plot(doc: dict, path: str | Path) -> None:
     for r in doc["rounds"]:
         ax.hist(np.asarray(doc["norms"][str(r)]), bins=bins, histtype="step", density=True, label=f"round {r}")
     c = doc["summary"]["suggested_clip"]
-    ax.axvline(c, color="k", ls="--", lw=1, label=f"C = q{doc['quantile']:g} of round {doc['rounds'][0]} = {c:.3g}")
+    ax.axvline(c, color="k", ls="--", lw=1, label=f"C = q{doc['quantile']:g} of round 0 = {c:.3g}")
     ax.set_xscale("log")
     ax.set_xlabel(r"$\|A_{i,k}\|_2$ (unclipped, per client and particle, every SVGD step)")
     ax.set_ylabel("density")

@@ -66,7 +66,7 @@ def add_parsers(sub) -> None:
     gn.add_argument("--benchmark", default=d.benchmark, help="default %(default)s")
     gn.add_argument("--clients", type=_positive_int, default=d.num_clients, help="default %(default)s")
     gn.add_argument("--seeds", type=_positive_int, default=1, help="seeds 0..S-1 (default %(default)s)")
-    gn.add_argument("--rounds", type=_int_list, default=[0, 5, 20], help="rounds to record, comma-separated (default 0,5,20)")
+    gn.add_argument("--rounds", type=_int_list, default=[0, 5, 20], help="rounds to record, comma-separated; round 0, whose norms give the suggested C, always is (default 0,5,20)")
     gn.add_argument("--particles", type=_positive_int, default=d.num_particles, help="default %(default)s")
     gn.add_argument("--hidden", type=_int_list, default=list(d.hidden), help="default 32,32")
     gn.add_argument("--svgd-steps", type=_nonneg_int, default=d.svgd_steps, help="default %(default)s")

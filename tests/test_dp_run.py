@@ -103,7 +103,8 @@ def test_gradnorms_records_the_runs_unclipped_norms(tmp_path):
     from pacd_jax import gradnorms
 
     config = small_config(num_clients=2, svgd_steps_init=3, svgd_steps=2, dp_sigma=1.0)  # DP is switched off inside
-    doc = gradnorms.record(config, [0, 1])
+    doc = gradnorms.record(config, [1])  # round 0, the suggestion's basis, is recorded whatever the rounds asked
+    assert doc["rounds"] == [0, 1]
     k, n = SMALL["num_particles"], 2
     assert len(doc["norms"]["0"]) == 3 * n * k and len(doc["norms"]["1"]) == 2 * n * k
     # step 0 of round 0: the norms of each client's eq. 6 gradients at the initial particles (direct oracle)
