@@ -58,9 +58,15 @@ def total_steps(steps_per_round: int, rounds: int, steps_init: int | None = None
     return int(steps_init) + (int(rounds) - 1) * int(steps_per_round)
 
 
+#: The noise multipliers the accountants are asked about (the run's ``dp_sigma`` range when DP is on).
+SIGMA_RANGE = (1e-6, 1e6)
+
+
 def _check(sigma: float, compositions: int, delta: float) -> None:
     if not (isinstance(sigma, (int, float)) and math.isfinite(sigma) and sigma > 0):
         raise ValueError(f"sigma must be a positive finite number, got {sigma!r}")
+    if not SIGMA_RANGE[0] <= sigma <= SIGMA_RANGE[1]:
+        raise ValueError(f"sigma must be in [{SIGMA_RANGE[0]:g}, {SIGMA_RANGE[1]:g}], got {sigma!r}")
     if not (isinstance(compositions, (int, np.integer)) and compositions >= 1):
         raise ValueError(f"the number of releases must be a positive integer, got {compositions!r}")
     if not (0 < delta < 1):
@@ -102,6 +108,7 @@ def epsilon(sigma: float, compositions: int, delta: float, accountant: str = "pl
 
 def pld_or_exact(sigma: float, compositions: int, delta: float) -> tuple[float, str]:
     """``(epsilon, accountant)``: PLD, or the exact mu-GDP value where the PLD grid would be too coarse."""
+    _check(sigma, compositions, delta)
     if pld_discretisation(sigma, compositions) > MAX_PLD_INTERVAL:
         return gdp_epsilon(sigma, compositions, delta), "gdp"
     return epsilon(sigma, compositions, delta, "pld"), "pld"
@@ -153,12 +160,12 @@ def sigma_for_epsilon(
     lo = hi = 1.0
     while eps(hi) > target:
         hi *= 2
-        if hi > 1e6:
-            raise ValueError(f"no sigma below 1e6 reaches epsilon {target} at delta {delta}")
+        if hi > SIGMA_RANGE[1]:
+            raise ValueError(f"no sigma up to {SIGMA_RANGE[1]:g} reaches epsilon {target} at delta {delta}")
     while eps(lo) <= target:
+        if 0.5 * lo < SIGMA_RANGE[0]:  # a target this large is met by the smallest sigma accounted for
+            return lo
         lo *= 0.5
-        if lo < 1e-6:  # epsilon grows without bound as sigma -> 0; a target this large needs no noise to speak of
-            return hi
         hi = min(hi, 2 * lo)
     while (hi - lo) / hi > rel_tol:
         mid = 0.5 * (lo + hi)

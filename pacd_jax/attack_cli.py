@@ -112,8 +112,12 @@ def cmd_attack(args, usage_error) -> int:
     if args.benchmark not in tasks.known_families():
         raise usage_error(f"unknown benchmark {args.benchmark!r}; choose one of {', '.join(tasks.known_families())}")
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise usage_error(f"--out {str(out)!r} exists and is not a folder")
+    from pacd_jax import io
+
+    try:
+        io.check_output_folder(out)
+    except ValueError as exc:
+        raise usage_error(str(exc)) from None
     if args.target_client >= args.clients:
         raise usage_error(f"--target-client must be in [0, {args.clients - 1}], got {args.target_client}")
     bad = [t for t in args.rounds if t >= args.iters]

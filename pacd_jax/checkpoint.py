@@ -96,8 +96,11 @@ def load(path: str | os.PathLike, like: Any, chash: str) -> tuple[Any, int, dict
             f"{meta.get('config_hash')}, this run {chash}); resume with the same options or use another --checkpoint folder"
         )
     like_leaves, treedef = jax.tree_util.tree_flatten(like)
-    with np.load(path) as z:
-        leaves = [z[f"leaf_{j:05d}"] for j in range(len(meta["leaves"]))]
+    try:
+        with np.load(path) as z:
+            leaves = [z[f"leaf_{j:05d}"] for j in range(len(meta["leaves"]))]
+    except (KeyError, OSError, ValueError, EOFError) as exc:  # an archive damaged after its metadata was read
+        raise CheckpointError(f"checkpoint {str(path)!r} is damaged ({exc}); remove it or use another --checkpoint folder") from None
     if len(leaves) != len(like_leaves):
         raise CheckpointError(f"checkpoint {str(path)!r} holds {len(leaves)} arrays, this run's state has {len(like_leaves)}")
     for j, (a, b) in enumerate(zip(leaves, like_leaves)):
@@ -127,7 +130,8 @@ class Store:
         self.resume = resume
         if self.directory.exists() and not self.directory.is_dir():
             raise CheckpointError(f"--checkpoint {str(self.directory)!r} exists and is not a folder")
-        existing = sorted(self.directory.glob(pattern)) if self.directory.exists() else []
+        # (not the hidden temporary files of an interrupted atomic write)
+        existing = sorted(p for p in self.directory.glob(pattern) if not p.name.startswith(".")) if self.directory.exists() else []
         if existing and not resume:
             raise CheckpointError(
                 f"--checkpoint {str(self.directory)!r} already holds a checkpoint; pass --resume to continue it or choose an empty folder"

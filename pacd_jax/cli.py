@@ -222,6 +222,10 @@ def _config_from_args(args):
 
     if args.task is None and args.benchmark not in tasks.known_families():
         raise UsageError(f"unknown benchmark {args.benchmark!r}; choose one of {', '.join(tasks.known_families())}")
+    from pacd_jax.config import MAX_SEEDS
+
+    if args.seed_list is None and args.seeds > MAX_SEEDS:  # before building the tuple
+        raise ValueError(f"--seeds must be at most {MAX_SEEDS}, got {args.seeds}")
     seeds = tuple(args.seed_list) if args.seed_list is not None else tuple(range(args.seeds))
     return RunConfig(
         benchmark=args.benchmark if args.task is None else args.task,
@@ -295,8 +299,13 @@ def cmd_run(args) -> int:
     config = _config_from_args(args)
     factory = _checked_factory(load_task_factory(args.task)) if args.task else None
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {str(out)!r} exists and is not a folder")
+    io.check_output_folder(out)
+    if args.checkpoint is not None:
+        io.check_output_folder(args.checkpoint, "--checkpoint")
+    if args.intercept_out:
+        io.check_output_folder(Path(args.intercept_out).parent, "--intercept-out's folder")
+    if args.comm_log is not None:
+        io.check_output_folder(Path(args.comm_log).parent, "--comm-log's folder")
     if args.comm_log is not None and config.backend != "mpi":
         raise UsageError("--comm-log needs --backend mpi")
     spy = None
@@ -441,6 +450,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `pacd-bo info | head`: the reader left, nothing is lost
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # a file or folder that could not be read or written, after the up-front checks
+        error_line(f"pacd-bo: error: {exc}")
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -44,6 +44,10 @@ def _check_float(name: str, value: Any, low: float, strict: bool = True, high: f
         raise ValueError(f"{name} must be {bound}, got {value!r}")
 
 
+#: The most seeds one run (or one table cell) takes.
+MAX_SEEDS = 100_000
+
+
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     """Everything that defines a run; ``run.json`` records all of it.
@@ -154,6 +158,8 @@ class RunConfig:
         seeds = tuple(self.seeds)
         if not seeds:
             raise ValueError(f"seeds must not be empty, got {self.seeds!r}")
+        if len(seeds) > MAX_SEEDS:
+            raise ValueError(f"at most {MAX_SEEDS} seeds per run, got {len(seeds)}")
         for s in seeds:
             _check_int("seed", s, 0, 2**31 - 1)
         if len(set(seeds)) != len(seeds):
@@ -162,7 +168,7 @@ class RunConfig:
         if self.init_points is not None:
             _check_int("init_points", self.init_points, 1, 100_000)
         if self.noise_std is not None:
-            _check_float("noise_std", self.noise_std, 0.0, strict=False)
+            _check_float("noise_std", self.noise_std, 0.0, strict=False, high=1e12)
         if not isinstance(self.x64, bool):
             raise ValueError(f"x64 must be a bool, got {self.x64!r}")
         _check_int("num_particles", self.num_particles, 1, 100_000)
@@ -192,7 +198,7 @@ class RunConfig:
         _check_float("noise_floor", self.noise_floor, 0.0)
         _check_int("svgd_steps", self.svgd_steps, 0, 10**7)
         _check_int("svgd_steps_init", self.svgd_steps_init, 0, 10**7)
-        _check_float("learning_rate", self.learning_rate, 0.0)
+        _check_float("learning_rate", self.learning_rate, 0.0, high=100.0)
         _check_float("prior_factor", self.prior_factor, 0.0, strict=False)
         if self.meta_lambda is not None:
             _check_float("meta_lambda", self.meta_lambda, 0.0)
@@ -204,8 +210,12 @@ class RunConfig:
         if self.gp_kernel not in ("matern52", "rbf"):
             raise ValueError(f"unknown gp_kernel {self.gp_kernel!r}; choose matern52 or rbf")
         _check_int("gp_fit_steps", self.gp_fit_steps, 1, 10**6)
-        _check_float("dp_sigma", self.dp_sigma, 0.0, strict=False)
-        _check_float("dp_clip", self.dp_clip, 0.0)
+        # the ranges keep float32 arithmetic finite (noise 2 sigma C, squared over P coordinates)
+        # and the privacy accounting defined; sigma 0 switches DP off
+        _check_float("dp_sigma", self.dp_sigma, 0.0, strict=False, high=1e6)
+        if 0 < self.dp_sigma < 1e-6:
+            raise ValueError(f"dp_sigma must be 0 (no DP) or at least 1e-6, got {self.dp_sigma!r}")
+        _check_float("dp_clip", self.dp_clip, 0.0, high=1e6)
         if self.consensus_steps is not None:
             _check_int("consensus_steps", self.consensus_steps, 1, 10**7)
         if self.method in ("cboc-u", "cboc-l", "pacoh") and self.backend != "vmap":

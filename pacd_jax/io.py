@@ -40,6 +40,27 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             tmp.unlink()
 
 
+def check_output_folder(path: str | os.PathLike, flag: str = "--out") -> None:
+    """Raise ValueError (one line) unless ``path`` is, or can be made, a writable folder.
+
+    Checked before a run starts, so that hours of work are not lost to an
+    output path that fails only when the results are written; nothing is
+    created (a probe folder in the nearest existing ancestor is removed at once).
+    """
+    target = Path(path).absolute()
+    if target.exists() and not target.is_dir():
+        raise ValueError(f"{flag} {str(path)!r} exists and is not a folder")
+    ancestor = target
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ValueError(f"{flag} {str(path)!r} cannot be created: {str(ancestor)!r} is not a folder")
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=ancestor, prefix=".pacd-bo-probe-"))
+    except OSError as exc:
+        raise ValueError(f"{flag} {str(path)!r} cannot be written: {exc.strerror or exc}") from None
+
+
 def _umask() -> int:
     mask = os.umask(0o022)  # reading the umask means setting it; put it back at once
     os.umask(mask)

@@ -100,7 +100,7 @@ def cmd_epsilon(args) -> int:
     )
     if args.target_epsilon is not None:
         sigma = accounting.sigma_for_epsilon(args.target_epsilon, n, args.delta, "pld")
-        print(f"sigma = {sigma:.4f} reaches epsilon <= {args.target_epsilon:g} (PLD) for {where}")
+        print(f"sigma = {sigma:.6g} reaches epsilon <= {args.target_epsilon:g} (PLD) for {where}")
         print(f"  noise std per coordinate = 2 sigma C = {2 * sigma * args.clip:.4g} (C = {args.clip:g})")
         at_sigma, name = accounting.pld_or_exact(sigma, n, args.delta)
         print(f"  at this sigma: epsilon {'PLD' if name == 'pld' else 'exact mu-GDP'} = {at_sigma:.4f}, "
@@ -117,7 +117,7 @@ def cmd_epsilon(args) -> int:
 def cmd_gradnorms(args) -> int:
     from pacd_jax import gradnorms, io
     from pacd_jax.cli import UsageError
-    from pacd_jax.config import RunConfig
+    from pacd_jax.config import MAX_SEEDS, RunConfig
     from pacd_jax import tasks
 
     if args.benchmark not in tasks.known_families():
@@ -130,7 +130,7 @@ def cmd_gradnorms(args) -> int:
         benchmark=args.benchmark,
         num_clients=args.clients,
         iters=max(args.rounds) + 1,
-        seeds=tuple(range(args.seeds)),
+        seeds=tuple(range(min(args.seeds, MAX_SEEDS + 1))),  # RunConfig names the limit
         num_particles=args.particles,
         hidden=tuple(args.hidden),
         svgd_steps=args.svgd_steps,
@@ -139,6 +139,9 @@ def cmd_gradnorms(args) -> int:
         x64=args.x64,
     )
     out = Path(args.out)
+    from pacd_jax import io
+
+    io.check_output_folder(out)
     start = time.perf_counter()
     from pacd_jax import progress
 

@@ -607,8 +607,12 @@ def cmd_privacy(args) -> int:
     if args.benchmark not in tasks.known_families():
         raise UsageError(f"unknown benchmark {args.benchmark!r}; choose one of {', '.join(tasks.known_families())}", prog)
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {str(out)!r} exists and is not a folder", prog)
+    from pacd_jax import io
+
+    try:
+        io.check_output_folder(out)
+    except ValueError as exc:
+        raise UsageError(str(exc), prog) from None
     if args.target_client >= args.clients:
         raise UsageError(f"--target-client must be in [0, {args.clients - 1}], got {args.target_client}", prog)
     bad = [t for t in args.rounds if not 0 <= t < args.iters]

@@ -544,6 +544,10 @@ def add_parser(sub) -> None:
 def base_config(args):
     from pacd_jax.config import RunConfig
 
+    from pacd_jax.config import MAX_SEEDS
+
+    if args.seed_list is None and args.seeds > MAX_SEEDS:  # before building the tuple
+        raise ValueError(f"--seeds must be at most {MAX_SEEDS}, got {args.seeds}")
     seeds = tuple(args.seed_list) if args.seed_list is not None else tuple(range(args.seeds))
     return RunConfig(seeds=seeds, iters=args.iters, num_clients=args.clients, x64=args.x64, **dict(args.settings))
 
@@ -554,9 +558,13 @@ def cmd_table(args) -> int:
     from pacd_jax import progress
     from pacd_jax.cli import UsageError
 
+    from pacd_jax import io
+
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {str(out)!r} exists and is not a folder")
+    try:
+        io.check_output_folder(out)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     base = base_config(args)
     argv = getattr(args, "argv", None) or []
     command = "pacd-bo " + " ".join(map(shlex.quote, argv))

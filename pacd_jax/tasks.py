@@ -706,12 +706,18 @@ def check_family(fam: Any) -> None:
         raise ValueError(f"{label}: noise_std must be a finite float >= 0, got {noise!r}")
     centre = np.broadcast_to(bounds.mean(axis=1), (2, fam.dim))
     for i in range(fam.num_clients):
-        f = np.asarray(fam.evaluate(i, centre))
+        try:
+            f = np.asarray(fam.evaluate(i, centre))
+        except NotImplementedError as exc:
+            raise ValueError(f"{label}: evaluate(i, x) is not implemented{': ' + str(exc) if str(exc) else ''}") from None
         if f.shape != (2,):
             raise ValueError(f"{label}: evaluate(i, x) with x of shape {centre.shape} must return shape (2,), got {f.shape}")
         # Non-finite values are reported by the loop, with client, round and seed.
         try:
             x_star, f_star = fam.optimum(i)
+        except NotImplementedError as exc:
+            raise ValueError(f"{label}: optimum(i) is not implemented (regret needs each client's f*)"
+                             f"{': ' + str(exc) if str(exc) else ''}") from None
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{label}: optimum({i}) must return (x_star, f_star): {exc}") from None
         if np.shape(x_star) != (fam.dim,) or not np.isfinite(float(f_star)):

@@ -119,6 +119,17 @@ def wrong_shape_factory(num_clients, seed):
     return WrongShape(num_clients, seed)
 
 
+class NoOptimum(Shifted):
+    """A user family that forgot ``optimum`` (the base class raises NotImplementedError)."""
+
+    def optimum(self, i):
+        return tasks.TaskFamily.optimum(self, i)
+
+
+def no_optimum_factory(num_clients, seed):
+    return NoOptimum(num_clients, seed)
+
+
 # -- factories for the MPI tests (each rank is its own process) -------------------
 
 def _rank() -> str:

@@ -107,3 +107,10 @@ def test_tiny_sigma_falls_back_to_exact_value_instead_of_overflowing():
 def test_bad_inputs(args):
     with pytest.raises(ValueError):
         accounting.epsilon(*args)
+
+
+@pytest.mark.parametrize("sigma", [1e-300, 1e300])
+def test_sigma_outside_the_accounted_range_is_a_value_error(sigma):
+    for call in (lambda: accounting.epsilon(sigma, 100, 1e-5), lambda: accounting.pld_or_exact(sigma, 100, 1e-5)):
+        with pytest.raises(ValueError, match="sigma must be in"):
+            call()

@@ -101,6 +101,12 @@ def test_run_pdf_and_independent(tmp_path, capsys):
         (["--task", "helpers:missing"], "no callable 'missing'"),
         (["--task", "helpers:nan_factory", "--clients", "3"], "client 1 returned a non-finite objective value"),
         (["--task", "helpers:wrong_shape_factory", "--clients", "2"], "must return shape (2,)"),
+        (["--task", "helpers:no_optimum_factory", "--clients", "2"], "optimum(i) is not implemented"),
+        (["--seeds", "99999999999"], "--seeds must be at most 100000"),
+        (["--dp-sigma", "1e-300"], "dp_sigma must be 0 (no DP) or at least 1e-6"),
+        (["--dp-sigma", "1e200"], "dp_sigma must be >= 0.0 and <= 1000000.0"),
+        (["--lr", "1e300"], "learning_rate must be > 0.0 and <= 100.0"),
+        (["--noise-std", "1e300"], "noise_std must be >= 0.0 and <= 1000000000000.0"),
     ],
 )
 def test_bad_input_one_line_exit_2_no_output(tmp_path, capsys, args, message):
@@ -150,3 +156,16 @@ def test_user_task_from_the_command_line(tmp_path, capsys, monkeypatch):
                          "--out", str(tmp_path), *SMALL_ARGS], capsys)
     assert code == 0, err
     assert json.loads((tmp_path / "run.json").read_text())["benchmark"] == "shifted"
+
+
+@pytest.mark.parametrize("flag", ["--out", "--checkpoint", "--intercept-out", "--comm-log"])
+def test_an_output_path_that_cannot_be_made_is_refused_before_the_run(tmp_path, capsys, flag):
+    # found before any work (it used to end a finished run with a traceback); nothing is created
+    (tmp_path / "afile").write_text("")
+    bad = str(tmp_path / "afile" / ("x.npz" if flag == "--intercept-out" else "x"))
+    extra = {"--out": [], "--checkpoint": ["--checkpoint", bad], "--comm-log": ["--comm-log", bad],
+             "--intercept-out": ["--intercept-client", "0", "--intercept-rounds", "1", "--intercept-out", bad]}[flag]
+    out_dir = bad if flag == "--out" else str(tmp_path / "out")
+    code, out, err = _run(["run", "--out", out_dir, "--iters", "2", *SMALL_ARGS, *extra], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "is not a folder" in err and "Traceback" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]

@@ -39,6 +39,10 @@ from pacd_jax.coordinator import MetaObjective
         ({"feature_kernel": "laplace"}, "unknown feature_kernel 'laplace'"),
         ({"output_warp": "sqrt"}, "unknown output_warp 'sqrt'"),
         ({"svgd_steps": True}, "svgd_steps must be an integer"),
+        ({"dp_sigma": 1e-9}, "dp_sigma must be 0 (no DP) or at least 1e-6"),
+        ({"dp_clip": 1e9}, "dp_clip must be > 0.0 and <= 1000000.0"),
+        ({"learning_rate": 1e3}, "learning_rate must be > 0.0 and <= 100.0"),
+        ({"seeds": tuple(range(100_001))}, "at most 100000 seeds"),
     ],
 )
 def test_bad_values_raise_value_error(changes, message):
