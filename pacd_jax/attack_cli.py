@@ -123,6 +123,8 @@ def cmd_attack(args, usage_error) -> int:
     bad = [t for t in args.rounds if t >= args.iters]
     if bad:
         raise usage_error(f"--rounds must be in [0, {args.iters - 1}] (--iters {args.iters}), got {bad}")
+    if args.attack_particles is not None and args.attack_particles > args.particles:
+        raise usage_error(f"--attack-particles must be at most --particles ({args.particles}), got {args.attack_particles}")
     base = RunConfig(
         benchmark=args.benchmark, method="pacd", num_clients=args.clients, iters=args.iters, seeds=(args.seed,),
         x64=args.x64, num_particles=args.particles, hidden=tuple(args.hidden), svgd_steps=args.svgd_steps,

@@ -542,13 +542,15 @@ def add_parser(sub) -> None:
 
 
 def base_config(args):
-    from pacd_jax.config import RunConfig
-
-    from pacd_jax.config import MAX_SEEDS
+    from pacd_jax.config import MAX_SEEDS, RunConfig
 
     if args.seed_list is None and args.seeds > MAX_SEEDS:  # before building the tuple
         raise ValueError(f"--seeds must be at most {MAX_SEEDS}, got {args.seeds}")
     seeds = tuple(args.seed_list) if args.seed_list is not None else tuple(range(args.seeds))
+    own = {"seeds": "--seeds/--seed-list", "iters": "--iters", "num_clients": "--clients", "x64": "--x64"}
+    twice = [f"--set {k} (use {own[k]})" for k in dict(args.settings) if k in own]
+    if twice:
+        raise ValueError(f"{', '.join(twice)}: these have their own options")
     return RunConfig(seeds=seeds, iters=args.iters, num_clients=args.clients, x64=args.x64, **dict(args.settings))
 
 

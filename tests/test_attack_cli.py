@@ -35,6 +35,7 @@ def test_attack_writes_the_documented_outputs(tmp_path):
         (["--rounds", "1", "--attack-mode", "pursuit-follow", "--pursuit-converged-rtol", "2"], "converged_rtol"),
         (["--rounds", "1", "--attack-mode", "pursuit", "--pursuit-shortlist", "-1"], "pursuit-shortlist"),
         (["--rounds", "1", "--attack-mode", "pursuit", "--pursuit-faces", "x"], "pursuit-faces"),
+        (["--rounds", "1", "--attack-particles", "3"], "--attack-particles must be at most --particles (2)"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra, message):

@@ -128,6 +128,7 @@ def test_reduced_grid_files_and_schema_then_interrupted_resumed_equals_uninterru
         (["--benchmarks", "branin,branin"], "repeated"),
         (["--set", "bogus=1"], "KEY=VALUE"),
         (["--set", "svgd_steps=-1"], "svgd_steps must be"),
+        (["--set", "x64=true", "--x64"], "--set x64 (use --x64): these have their own options"),
     ],
 )
 def test_table_bad_input_one_line_exit_2(tmp_path, capsys, args, message):
