@@ -95,12 +95,16 @@ def test_a_dropped_value_does_not_change_the_data_weight():
         rng = np.random.default_rng(1)
         X, y = jnp.asarray(rng.uniform(size=(3, 9, 2))), jnp.asarray(rng.normal(size=(3, 9)))
         learner = methods.meta_learner(cfg, 2)
+        # jitted once each (op by op, every primitive compiled on first use: a minute of CI)
+        grads_of = jax.jit(jax.vmap(client.local_gradients, (None, None, 0)), static_argnums=0)
+        update = jax.jit(learner.coordinator_update)
+        learn = {m: jax.jit(methods.build(cfg.replace(method=m), 2).learn) for m in ("pacd", "pacoh")}
         for counts in ([5, 6, 6], [6, 6, 5]):
             bufs = client.ClientBuffer(X, y, jnp.asarray(counts, jnp.int32))
             state = methods.pacd(cfg, 2).init(jnp.asarray(0), bufs)
-            grads = jax.vmap(client.local_gradients, (None, None, 0))(learner.model, state.particles, bufs)
-            want = {b: np.asarray(learner.coordinator_update(state, grads, jnp.asarray(b)).particles) for b in (5.0, 6.0)}
+            grads = grads_of(learner.model, state.particles, bufs)
+            want = {b: np.asarray(update(state, grads, jnp.asarray(b)).particles) for b in (5.0, 6.0)}
             assert np.abs(want[5.0] - want[6.0]).max() > 1e-9  # Adam mostly normalises the weight away, not quite
             for m in ("pacd", "pacoh"):
-                got = methods.build(cfg.replace(method=m), 2).learn(state, bufs, jnp.asarray(0))
+                got = learn[m](state, bufs, jnp.asarray(0))
                 np.testing.assert_allclose(np.asarray(got.particles), want[6.0], rtol=0, atol=1e-11, err_msg=f"{m} {counts}")

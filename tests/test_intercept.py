@@ -32,7 +32,7 @@ def test_the_record_is_the_targets_message_and_nothing_else(intercepted, tmp_pat
         # here by autodiff (MetaGP.gmll_grad), not the hand-written backward pass that sent it
         m = rec.m
         buf = ClientBuffer(jnp.asarray(truth.X), jnp.asarray(results.y[0, 1, :m]), jnp.asarray(m, jnp.int32))
-        sent = jax.vmap(model.gmll_grad, (0, None))(jnp.asarray(rec.particles), client.model_data(buf))
+        sent = jax.jit(jax.vmap(model.gmll_grad, (0, None)))(jnp.asarray(rec.particles), client.model_data(buf))
         np.testing.assert_allclose(rec.grads, np.asarray(sent), rtol=2e-3, atol=2e-4)
         # truth is the buffer in model space
         lo, hi = rec.bounds[:, 0], rec.bounds[:, 1]

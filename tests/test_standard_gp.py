@@ -218,7 +218,7 @@ def test_float32_objective_and_gradient_on_clustered_points(kernel):
             hyper = GPHyper(jnp.asarray(0.0, dtype), jnp.full((d,), np.log(0.05), dtype),
                             jnp.asarray(0.0, dtype), jnp.asarray(np.log(1e-2), dtype))
             data = gp.GPData(jnp.asarray(X, dtype), jnp.asarray(y, dtype), jnp.ones(m, bool))
-            value, grad = jax.value_and_grad(lambda h: standard_gp.neg_log_posterior(config, h, data))(hyper)
+            value, grad = jax.jit(jax.value_and_grad(lambda h: standard_gp.neg_log_posterior(config, h, data)))(hyper)
             out[dtype] = (float(value), np.asarray(grad.log_lengthscale, np.float64))
     (v32, g32), (v64, g64) = out[np.float32], out[np.float64]
     assert np.isfinite(v32) and v32 == pytest.approx(v64, rel=1e-4)
