@@ -58,6 +58,7 @@ def test_a_non_finite_message_is_reported_not_attacked():
     assert "not finite" in e["error"] and e["matched_rmse"] is None and e["X_rec"] is None
 
 
+@pytest.mark.heavy  # a whole progressive attack
 def test_progressive_mode_follows_every_round_and_scores_the_listed_ones(tmp_path):
     out = tmp_path / "p"
     args = ["attack", "--attack-mode", "progressive", "--rounds", "0,2", *TINY, "--iters", "3",
@@ -91,6 +92,7 @@ def test_pursuit_mode_writes_its_options_and_stages(tmp_path):
     assert all(0.0 <= v <= 1.0 for p in entry["X_rec"] for v in p)
 
 
+@pytest.mark.heavy  # a whole follow attack
 def test_pursuit_follow_mode_follows_every_round_and_scores_the_listed_ones(tmp_path):
     out = tmp_path / "f"
     args = ["attack", "--attack-mode", "pursuit-follow", "--rounds", "0,2", *TINY, "--iters", "3", "--pursuit-candidates", "64",

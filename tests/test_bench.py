@@ -28,6 +28,7 @@ def _check_records(records, extra=frozenset()):
         assert set(r["meta"]) == {"command", "commit", "machine"}
 
 
+@pytest.mark.heavy  # a 6-rank MPI job beside the vmap timing
 @pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec (install the mpi extra)")
 def test_mpi_step_quick_writes_records(tmp_path):
     out = tmp_path / "mpi.json"
@@ -70,6 +71,7 @@ def test_svgd_step_quick_writes_named_records_and_sweeps(tmp_path):
     assert sweeps == {"K", "N", "m"} and all(np.isfinite(r["config"]["fitted_exponent"]) for r in records[2:])
 
 
+@pytest.mark.heavy  # a whole run, twice, in a subprocess
 def test_full_run_quick_writes_a_record(tmp_path):
     records = _run_script("full_run", ["--quick", "--benchmarks", "sinusoid", "--devices", "2"], tmp_path)
     _check_records(records)

@@ -29,6 +29,7 @@ def _rounds(path):
         return -1
 
 
+@pytest.mark.heavy  # two MPI jobs, one killed
 def test_client_rank_killed_mid_run_ends_the_job_and_resumes(tmp_path):
     iters = 6
     kill_after = random.randrange(1, iters - 1)

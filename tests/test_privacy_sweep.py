@@ -197,6 +197,7 @@ def test_pursuit_attacker_runs_in_the_sweep_and_keys_its_cells(tmp_path):
     assert "attack_mode" not in paper
 
 
+@pytest.mark.heavy  # follow attacks in a sweep
 def test_follow_attacker_runs_in_the_sweep_scores_the_listed_rounds_and_keys_its_cells(tmp_path):
     """``--attack-mode pursuit-follow`` follows every round from min to max of --rounds and scores the listed ones;
     its cells are keyed apart from the one-round pursuit attacker's (a rerun reuses them)."""

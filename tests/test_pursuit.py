@@ -86,7 +86,7 @@ def test_removal_costs_equal_refitting_without_each_point():
     assert np.isinf(costs[4]) and np.all(costs[:4] > 0)
 
 
-@pytest.mark.parametrize("m, search_particles", [(3, None), (6, 2)])
+@pytest.mark.parametrize("m, search_particles", [(3, None), pytest.param(6, 2, marks=pytest.mark.heavy)])
 def test_recovers_a_small_known_case(m, search_particles):
     with jax.enable_x64(True):
         model, particles, X, y, grads = _case(m, seed=10 + m)
@@ -99,6 +99,7 @@ def test_recovers_a_small_known_case(m, search_particles):
         assert res.loss < 1e-8
 
 
+@pytest.mark.heavy  # float64 pursuit attacks
 @pytest.mark.parametrize("tol", [0.0, 1.0])
 def test_stalled_exchanges_widen_to_all_particles(tol):
     """On one particle, after 20 refining steps (residual ~1e-8), no exchange
