@@ -134,7 +134,7 @@ def run_vmap(config: RunConfig, spec: InterceptSpec, task_factory=None, seed: in
     target = spec.client
     bounds = np.stack([problem.lower, problem.upper], axis=1)
 
-    place = method.placement or (lambda tree: tree)  # one sharding for the state in and out of a round
+    place = loop.state_placement(method)
 
     def round_fn(state, t, s):
         learn = lambda model_state, buffers, t_, dp_keys: method.learn_intercept(model_state, buffers, t_, target, dp_keys)  # noqa: E731

@@ -254,6 +254,12 @@ def _drop_values(state: RunState, bad: np.ndarray, batched: bool) -> RunState:
     return state._replace(buffers=jax.tree_util.tree_map(jnp.asarray, buffers))
 
 
+def state_placement(method: Method) -> Callable[[Any], Any]:
+    """The method's placement of a round's state (identity without one): one sharding for the state in and out of a round,
+    so a jitted round finds its cache from the second round on."""
+    return method.placement or (lambda tree: tree)
+
+
 def run_batch(
     problem: Problem,
     method: Method,
@@ -293,7 +299,7 @@ def run_batch(
         learn_aux = method.learn_checked
     else:
         learn_aux = lambda m, b, t, k: (method.learn(m, b, t, k), ())  # noqa: E731
-    place = method.placement or (lambda tree: tree)  # one sharding for the state in and out of a round
+    place = state_placement(method)
 
     def one_round(st, t, s, p):
         new, out, bad_record = bo_round_aux(problem, method, st, t, s, p, learn_aux)

@@ -10,12 +10,18 @@ RDP, :mod:`pacd_jax.accounting`) and aggregates over seeds.
 The no-information baseline *band* of an attacked round is the 5-95 %
 quantile range of each score over :data:`BAND_DRAWS` uniform guesses with as
 many points as the target has (:func:`guess_band`); a reconstruction whose
-matched RMSE lies below the band's lower end beats guessing (leakage).
+matched RMSE lies below the band's lower end beats guessing (leakage). The
+*decoy band* (:mod:`pacd_jax.decoys`, ``--decoys D``) is the attacker-specific
+reference: the 5-95 % range of the matched RMSE from the reconstruction to the
+target client's queries in D runs with other seeds; below it, the
+reconstruction is closer to its own target than to data it knows nothing
+about.
 
 Outputs (DIR): ``privacy.json`` (:func:`sweep_document`), ``privacy_sweep.png``
 (Figure 4 right), ``dp_regret.png`` (Figure 5), ``privacy.md`` (the table),
-and ``cells/sigma=S_seed=N.json``, one finished (sigma, seed) cell each: a
-rerun with the same options skips every cell whose file holds the same key.
+``cells/sigma=S_seed=N.json``, one finished (sigma, seed) cell each, and
+``decoys/sigma=S.json``, one sigma's decoy queries: a rerun with the same
+options skips every cell and decoy set whose file holds the same key.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ DELTA = 1e-5
 BAND_DRAWS = 200
 #: the band's quantiles.
 BAND_Q = (0.05, 0.95)
+#: decoy runs per sigma for the decoy band (``--decoys``).
+DEFAULT_DECOYS = 40
 #: the set scores the sweep aggregates (and draws in Figure 4 right).
 SCORES = ("dispersion", "matched_rmse", "chamfer", "recall_at_r", "precision_at_r")
 #: cell-file format version (part of the key: a change makes old cells stale).
@@ -129,6 +137,10 @@ def aggregate(cells: list[dict], rounds) -> dict:
         agg["edge_fraction_true"] = _stats([edge_fraction(e.get("X_true")) for e in entries])
         agg["edge_fraction_rec"] = _stats([edge_fraction(e.get("X_rec")) for e in entries])
         agg["verdicts"] = [e["verdict"] for e in entries]
+        if all("decoy" in e for e in entries):
+            agg["decoy_band"] = {"matched_rmse": [float(np.mean([e["decoy"]["matched_rmse"][j] for e in entries])) for j in (0, 1)]}
+            agg["decoy_p"] = _stats([e["decoy"]["p_value"] for e in entries])
+            agg["decoy_verdicts"] = [e["decoy"]["verdict"] for e in entries]
         agg["m"] = entries[0]["m"]
         attack[str(t)] = agg
     return {
@@ -142,6 +154,23 @@ def aggregate(cells: list[dict], rounds) -> dict:
         "within_band_every_round": all(v == "within" for a in attack.values() for v in a["verdicts"]),
         "below_band_every_round": all(v == "below" for a in attack.values() for v in a["verdicts"]),
         "below_band_any": any(v == "below" for a in attack.values() for v in a["verdicts"]),
+        **(_decoy_summary(attack) if attack and all("decoy_verdicts" in a for a in attack.values()) else {}),
+    }
+
+
+def _decoy_summary(attack: dict) -> dict:
+    """Per sigma: every attack within its decoy band? any below? and the smallest rank p-value, alone and
+    Bonferroni-adjusted for the number of attacks (the family-wise test of "some attack beats chance")."""
+    verdicts = [v for a in attack.values() for v in a["decoy_verdicts"]]
+    ps = [a["decoy_p"]["min"] for a in attack.values() if a.get("decoy_p")]
+    n = sum(a["decoy_p"]["n"] for a in attack.values() if a.get("decoy_p"))
+    smallest = min(ps) if ps else None
+    return {
+        "within_decoy_band_every_round": all(v == "within" for v in verdicts),
+        "below_decoy_band_any": any(v == "below" for v in verdicts),
+        "decoy_p_min": smallest,
+        "decoy_p_min_bonferroni": None if smallest is None else min(1.0, smallest * n),
+        "decoy_attacks": n,
     }
 
 
@@ -226,6 +255,33 @@ def _cell_path(out: Path, sigma: float, seed: int) -> Path:
     return out / "cells" / f"sigma={sigma:g}_seed={seed}.json"
 
 
+def _decoy_path(out: Path, sigma: float) -> Path:
+    return out / "decoys" / f"sigma={sigma:g}.json"
+
+
+def decoy_key(config, target: int) -> dict:
+    """What makes a decoy set reusable: the decoy runs' options (seeds included) and the target client."""
+    return json.loads(json.dumps({"version": CELL_VERSION, "config": config.identity(), "target": int(target)}))
+
+
+def with_decoys(cell: dict, trajectories) -> dict:
+    """``cell`` with each attacked round's decoy band, p-value and verdict (:func:`pacd_jax.decoys.band`) added.
+
+    The cell file itself is left as it is: the decoys are scored when the
+    sweep is aggregated, so the decoy count can change without rerunning an attack.
+    """
+    from pacd_jax import decoys
+
+    rounds = []
+    for e in cell["rounds"]:
+        if e.get("X_rec") is None:
+            rounds.append({**e, "decoy": {"matched_rmse": [math.nan, math.nan], "p_value": None, "verdict": "error",
+                                          "draws": len(trajectories)}})
+            continue
+        rounds.append({**e, "decoy": decoys.band(e["X_rec"], e.get("matched_rmse"), trajectories, int(e["m"]), BAND_Q)})
+    return {**cell, "rounds": rounds}
+
+
 def load_cell(path: Path, key: dict) -> dict | None:
     """The cached result at ``path`` if its key equals ``key`` (else None: rerun it)."""
     from pacd_jax import io
@@ -243,17 +299,22 @@ def load_cell(path: Path, key: dict) -> dict | None:
 
 
 def sweep(base, sigmas, seeds, target: int, rounds, attack_config, out, operating_sigma: float,
-          task_factory=None, quiet: bool = False, meta: dict | None = None, log=print, fmt: str = "png", follow: bool = False) -> dict:
+          task_factory=None, quiet: bool = False, meta: dict | None = None, log=print, fmt: str = "png", follow: bool = False,
+          decoys: int = 0) -> dict:
     """Run every (sigma, seed) cell not already finished in ``out/cells``; write every output; the document.
 
     ``follow``: attack with the pursuit attacker following every round (:func:`run_cell`).
+    ``decoys``: per sigma, run that many decoy seeds (:mod:`pacd_jax.decoys`;
+    kept in ``out/decoys``) and score every attack against its decoy band; 0: none.
     """
+    from pacd_jax import decoys as decoys_mod
     from pacd_jax import io, progress
 
     out = Path(out)
     start = time.perf_counter()
     per_cell = base.iters + len(rounds)  # BO rounds, then attacks
-    bar = progress.bar(len(sigmas) * len(seeds) * per_cell, "step", "privacy sweep (BO rounds + attacks)", quiet)
+    total = len(sigmas) * len(seeds) * per_cell + (len(sigmas) * base.iters if decoys else 0)
+    bar = progress.bar(total, "step", "privacy sweep (BO rounds + attacks + decoy runs)" if decoys else "privacy sweep (BO rounds + attacks)", quiet)
     cells: dict[float, list[dict]] = {}
     reused = 0
     for sigma in sigmas:
@@ -276,10 +337,39 @@ def sweep(base, sigmas, seeds, target: int, rounds, attack_config, out, operatin
                 reused += 1
                 bar.update(per_cell)
             cells.setdefault(float(sigma), []).append(result)
+    decoys_reused = 0
+    if decoys:
+        for sigma in sigmas:
+            config = base.replace(dp_sigma=float(sigma), seeds=tuple(decoys_mod.decoy_seeds(decoys)))
+            key = decoy_key(config, target)
+            path = _decoy_path(out, sigma)
+            stored = load_cell(path, key)
+            if stored is None:
+                bar.set_description(f"sigma={sigma:g} decoys")
+                done = [0]
+
+                def tick(n, _total, done=done):
+                    # experiment.run counts rounds over its seed batches; the bar counts one run's rounds
+                    step = int(n * base.iters / _total) - done[0]
+                    done[0] += step
+                    bar.update(step)
+
+                trajectories = decoys_mod.target_trajectories(config, target, config.seeds, task_factory, on_round=tick)
+                stored = {"seeds": list(config.seeds), "X": [X.tolist() for X in trajectories]}
+                io.write_json(path, {"key": key, "result": stored})
+                bar.update(base.iters - done[0])
+            else:
+                decoys_reused += 1
+                bar.update(base.iters)
+            trajectories = [np.asarray(X, np.float64) for X in stored["X"]]
+            cells[float(sigma)] = [with_decoys(c, trajectories) for c in cells[float(sigma)]]
     bar.close()
-    doc = sweep_document(base, sigmas, seeds, target, rounds, attack_config, operating_sigma, cells, meta or {}, follow)
+    doc = sweep_document(base, sigmas, seeds, target, rounds, attack_config, operating_sigma, cells, meta or {}, follow,
+                         decoys=decoys)
     doc["meta"]["wall_time_s"] = time.perf_counter() - start
     doc["meta"]["cells_reused"] = reused
+    if decoys:
+        doc["meta"]["decoy_sets_reused"] = decoys_reused
     doc["meta"]["cells_wall_time_s"] = float(sum(c["wall_time_s"] for cs in cells.values() for c in cs))
     io.write_json(out / "privacy.json", doc)
     plot_sweep(doc, out / f"privacy_sweep.{fmt}")
@@ -289,7 +379,8 @@ def sweep(base, sigmas, seeds, target: int, rounds, attack_config, out, operatin
     return doc
 
 
-def sweep_document(base, sigmas, seeds, target, rounds, attack_config, operating_sigma, cells, meta, follow: bool = False) -> dict:
+def sweep_document(base, sigmas, seeds, target, rounds, attack_config, operating_sigma, cells, meta, follow: bool = False,
+                   decoys: int = 0) -> dict:
     """``privacy.json``: options, provenance, and per sigma epsilon, regret, attack scores and bands."""
     import dataclasses
 
@@ -311,6 +402,9 @@ def sweep_document(base, sigmas, seeds, target, rounds, attack_config, operating
         "operating_sigma": float(operating_sigma),
         "delta": DELTA,
         "band": {"kind": "uniform guesses", "draws": BAND_DRAWS, "quantiles": list(BAND_Q)},
+        "decoy_band": ({"kind": "the target client's queries in runs with other seeds", "draws": int(decoys),
+                        "first_seed": _first_decoy_seed(), "quantiles": list(BAND_Q)}
+                       if decoys else None),
         "attack": {"mode": attack_mode(attack_config, follow), **dataclasses.asdict(attack_config), "precision": "float64"},
         "config": base.to_dict(),
         "meta": dict(meta),
@@ -318,6 +412,12 @@ def sweep_document(base, sigmas, seeds, target, rounds, attack_config, operating
 
 
 # -- outputs ----------------------------------------------------------------------------
+
+
+def _first_decoy_seed() -> int:
+    from pacd_jax import decoys
+
+    return decoys.DECOY_SEED_BASE
 
 
 def _fmt_eps(e) -> str:
@@ -332,7 +432,11 @@ def table(doc: dict) -> str:
     """The markdown table: sigma -> epsilon, final regret, AUC, matched-RMSE ratio per attacked round."""
     rounds = doc["rounds"]
     head = ["sigma", "noise std 2σC", "ε PLD", "ε RDP", "final regret", "AUC"]
-    head += [f"RMSE ratio t={t}" for t in rounds] + ["attack vs band (below/within/above)", f"on box edge t={rounds[-1]}: true / recovered"]
+    decoy = doc.get("decoy_band")
+    head += [f"RMSE ratio t={t}" for t in rounds] + ["attack vs band (below/within/above)"]
+    if decoy:
+        head += ["attack vs decoy band (below/within/above)", "smallest decoy p (Bonferroni)"]
+    head += [f"on box edge t={rounds[-1]}: true / recovered"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key in sorted(doc["sigmas"], key=float):
         e = doc["sigmas"][key]
@@ -343,7 +447,13 @@ def table(doc: dict) -> str:
                 _pm(r["final_regret"], ".4f"), _pm(r["auc"])]
         last = e["attack"][str(rounds[-1])]
         edges = f"{_pm(last.get('edge_fraction_true'), '.2f')} / {_pm(last.get('edge_fraction_rec'), '.2f')}"
-        cols += [_pm(e["attack"][str(t)]["rmse_ratio"], ".2f") for t in rounds] + [counts, edges]
+        cols += [_pm(e["attack"][str(t)]["rmse_ratio"], ".2f") for t in rounds] + [counts]
+        if decoy:
+            dv = [v for t in rounds for v in e["attack"][str(t)].get("decoy_verdicts", [])]
+            p_min, p_adj = e.get("decoy_p_min"), e.get("decoy_p_min_bonferroni")
+            cols += ["/".join(str(dv.count(v)) for v in ("below", "within", "above")),
+                     "–" if p_min is None else f"{p_min:.3f} ({p_adj:.2f})"]
+        cols += [edges]
         rows.append("| " + " | ".join(cols) + " |")
     c = doc["config"]
     m = doc["meta"]
@@ -366,8 +476,13 @@ def table(doc: dict) -> str:
         f"{attacker}"
         f"RMSE ratio = matched RMSE / a uniform guess's (mean ± std over seeds; < 1 beats guessing); "
         f"band = {int(100 * doc['band']['quantiles'][0])}-{int(100 * doc['band']['quantiles'][1])} % of the guesses' matched RMSE; "
-        f"the next column counts (seed, round) attacks below / within / above it; the last, the share of points within "
-        f"{EDGE_TOL:g} of the box boundary at the last attacked round."
+        f"the next column counts (seed, round) attacks below / within / above it; "
+        + (f"decoy band = {int(100 * decoy['quantiles'][0])}-{int(100 * decoy['quantiles'][1])} % of the matched RMSE from the "
+           f"reconstruction to the target client's queries in {decoy['draws']} runs with other seeds (pacd_jax.decoys: below it, "
+           f"the reconstruction is closer to its own target than to data it carries no information about), counted the same way, "
+           f"and the smallest rank p-value (1 + decoys at least as close) / (decoys + 1) over the attacks, in brackets times "
+           f"the number of attacks (Bonferroni: the family-wise p of \"some attack beats chance\"); " if decoy else "")
+        + f"the last, the share of points within {EDGE_TOL:g} of the box boundary at the last attacked round."
     )
     if m.get("command"):
         rows.append("")
@@ -540,6 +655,9 @@ def add_parser(sub) -> None:
     p.add_argument("--target-client", type=_nonneg_int, default=0, help="client to attack (default %(default)s)")
     p.add_argument("--clip", type=_float, default=d.dp_clip, help="DP clip norm C (paper eq. 12; default %(default)s; see pacd-bo gradnorms)")
     p.add_argument("--operating-sigma", type=_float, default=8.0, help="the sigma drawn against no DP in dp_regret.png (default %(default)s)")
+    p.add_argument("--decoys", type=_nonneg_int, default=DEFAULT_DECOYS, metavar="D",
+                   help="per sigma, D plain runs with other seeds (from %d) give the decoy band: the matched RMSE from each "
+                        "reconstruction to the target client's queries there; 0 = none (default %%(default)s)" % _first_decoy_seed())
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
     p.add_argument("--format", choices=("png", "pdf"), default="png", help="figure format (default %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-cell lines")
@@ -624,6 +742,11 @@ def cmd_privacy(args) -> int:
         raise UsageError(f"--seeds must be distinct non-negative integers, got {args.seeds}", prog)
     if args.clip <= 0:
         raise UsageError(f"--clip must be > 0, got {args.clip}", prog)
+    from pacd_jax import decoys
+
+    clash = sorted(set(args.seeds) & set(decoys.decoy_seeds(args.decoys)))
+    if clash:
+        raise UsageError(f"--seeds {clash} are decoy seeds (from {decoys.DECOY_SEED_BASE}); choose other seeds or fewer --decoys", prog)
     if args.operating_sigma not in args.sigmas:
         raise UsageError(f"--operating-sigma {args.operating_sigma:g} must be one of --sigmas {','.join(f'{s:g}' for s in args.sigmas)}", prog)
     base = RunConfig(
@@ -638,7 +761,8 @@ def cmd_privacy(args) -> int:
     meta = {"command": "pacd-bo " + shlex.join(getattr(args, "argv", sys.argv[1:])), "commit": provenance.commit(),
             "machine": provenance.machine()}
     doc = sweep(base, args.sigmas, args.seeds, args.target_client, sorted(args.rounds), attack_config, out,
-                args.operating_sigma, quiet=args.quiet, meta=meta, fmt=args.format, follow=args.attack_mode == "pursuit-follow")
+                args.operating_sigma, quiet=args.quiet, meta=meta, fmt=args.format, follow=args.attack_mode == "pursuit-follow",
+                decoys=args.decoys)
     if not args.quiet:
         print(table(doc))
         print(f"wrote {out / 'privacy.json'}, {out / f'privacy_sweep.{args.format}'}, {out / f'dp_regret.{args.format}'} "

@@ -6,17 +6,18 @@ import math
 import numpy as np
 import pytest
 
-from pacd_jax import accounting, cli, privacy_sweep
+from pacd_jax import accounting, cli, decoys, privacy_sweep
 
 RUN = ["--benchmark", "branin", "--clients", "2", "--iters", "3", "--particles", "2", "--hidden", "4", "--svgd-steps", "2",
        "--svgd-steps-init", "3", "--candidates", "16", "--local-candidates", "4", "--refine", "1", "--refine-steps", "1"]
-TINY = [*RUN, "--seeds", "0", "--rounds", "1,2", "--restarts", "1", "--steps", "4", "--clip", "2.5", "--quiet"]
+TINY = [*RUN, "--seeds", "0", "--rounds", "1,2", "--restarts", "1", "--steps", "4", "--clip", "2.5", "--quiet", "--decoys", "0"]
+DECOYS = 3
 
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     out = tmp_path_factory.mktemp("privacy") / "sweep"
-    argv = ["privacy", *TINY, "--sigmas", "0,1.5", "--operating-sigma", "1.5", "--out", str(out)]
+    argv = ["privacy", *TINY, "--sigmas", "0,1.5", "--operating-sigma", "1.5", "--decoys", str(DECOYS), "--out", str(out)]
     assert cli.main(argv) == 0
     return out, argv, json.loads((out / "privacy.json").read_text())
 
@@ -47,8 +48,15 @@ def test_writes_the_documented_files(sweep):
             assert a["rmse_ratio"]["mean"] == pytest.approx(entry["matched_rmse"] / entry["baseline"]["matched_rmse"])
             assert a["verdicts"] == [privacy_sweep.verdict(entry["matched_rmse"], entry["band"]["matched_rmse"])]
             assert a["m"] == entry["m"] == 5 + int(t)
+            assert a["decoy_verdicts"] == [entry["decoy"]["verdict"]] and entry["decoy"]["draws"] == DECOYS
+        assert e["within_decoy_band_every_round"] == all(v == "within" for a in e["attack"].values() for v in a["decoy_verdicts"])
+        ps = [x["decoy"]["p_value"] for x in cell["rounds"]]
+        assert e["decoy_p_min"] == min(ps) and e["decoy_p_min_bonferroni"] == pytest.approx(min(1.0, min(ps) * len(ps)))
+    assert doc["decoy_band"]["draws"] == DECOYS and doc["decoy_band"]["first_seed"] == decoys.DECOY_SEED_BASE
     md = (out / "privacy.md").read_text()
     assert md.startswith("| sigma |") and "| 0 | 0 | ∞ (no DP) |" in md and "\n| 1.5 | 7.5 | " in md
+    assert "attack vs decoy band (below/within/above) | smallest decoy p (Bonferroni) |" in md and f"in {DECOYS} runs with other seeds" in md
+    assert sorted(p.name for p in (out / "decoys").iterdir()) == ["sigma=0.json", "sigma=1.5.json"]
     for name in ("privacy_sweep.png", "dp_regret.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in (out / "cells").iterdir()) == ["sigma=0_seed=0.json", "sigma=1.5_seed=0.json"]
@@ -89,12 +97,75 @@ def test_regret_is_that_of_a_plain_run(sweep, tmp_path):
 
 def test_a_rerun_reuses_finished_cells(sweep):
     out, argv, doc = sweep
-    before = {p.name: p.read_text() for p in (out / "cells").iterdir()}
+    before = {p.name: p.read_text() for p in [*(out / "cells").iterdir(), *(out / "decoys").iterdir()]}
     assert cli.main(argv) == 0
     again = json.loads((out / "privacy.json").read_text())
-    assert again["meta"]["cells_reused"] == 2
+    assert again["meta"]["cells_reused"] == 2 and again["meta"]["decoy_sets_reused"] == 2
     assert again["sigmas"] == doc["sigmas"]
-    assert {p.name: p.read_text() for p in (out / "cells").iterdir()} == before
+    assert {p.name: p.read_text() for p in [*(out / "cells").iterdir(), *(out / "decoys").iterdir()]} == before
+
+
+def _brute_matched_rmse(A, B) -> float:
+    """Matched RMSE by trying every one-to-one pairing (independent of scipy's assignment)."""
+    import itertools
+
+    A, B = np.asarray(A, np.float64), np.asarray(B, np.float64)
+    return min(math.sqrt(np.mean(np.sum((A[list(perm)] - B) ** 2, axis=1))) for perm in itertools.permutations(range(len(A))))
+
+
+def test_decoy_band_is_the_matched_rmse_to_plain_runs_with_other_seeds(sweep, tmp_path):
+    """Decoys are the target's queries of `pacd-bo run` with the decoy seeds; the band, p-value and verdict follow from them."""
+    from pacd_jax import tasks
+
+    _, _, doc = sweep
+    seeds = decoys.decoy_seeds(DECOYS)
+    run_argv = ["run", *RUN, "--method", "pacd", "--seed-list", ",".join(map(str, seeds)), "--dp-sigma", "1.5", "--dp-clip", "2.5",
+                "--quiet", "--out", str(tmp_path / "run")]
+    assert cli.main(run_argv) == 0
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert [r["seed"] for r in run["results"]] == seeds
+    trajectories = []
+    for r in run["results"]:
+        b = np.asarray(tasks.make("branin", num_clients=2, seed=r["seed"]).bounds, np.float64)
+        trajectories.append((np.asarray(r["clients"][0]["X"]) - b[:, 0]) / (b[:, 1] - b[:, 0]))
+    (cell,) = doc["sigmas"]["1.5"]["per_seed"]
+    for e in cell["rounds"]:
+        null = np.sort([_brute_matched_rmse(e["X_rec"], X[: e["m"]]) for X in trajectories])
+        d = e["decoy"]
+        np.testing.assert_allclose(d["matched_rmse"], np.quantile(null, [0.05, 0.95]), rtol=1e-9)
+        assert d["p_value"] == pytest.approx((1 + np.sum(null <= e["matched_rmse"])) / (DECOYS + 1))
+        lo, hi = d["matched_rmse"]
+        assert d["verdict"] == ("below" if e["matched_rmse"] < lo else "within" if e["matched_rmse"] <= hi else "above")
+
+
+def test_a_decoy_run_of_the_attacked_seed_reproduces_the_attacked_data(sweep):
+    """Decoys are drawn exactly as the target's data: the decoy generator given the attacked seed returns its true queries."""
+    import dataclasses
+
+    from pacd_jax.config import RunConfig
+
+    out, _, _ = sweep
+    cell = json.loads((out / "cells" / "sigma=1.5_seed=0.json").read_text())
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    config = RunConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in cell["key"]["config"].items() if k in fields})
+    (X,) = decoys.target_trajectories(config, 0, [0])
+    for e in cell["result"]["rounds"]:
+        np.testing.assert_allclose(X[: e["m"]], e["X_true"], rtol=0, atol=1e-6)
+
+
+def test_decoy_band_by_hand():
+    X_rec = [[0.5, 0.5]]
+    # decoys whose first point lies 0.1, 0.2, ..., 1.0 from the reconstruction; later rows (later rounds) are not compared at m = 1
+    traj = [np.array([[0.5 - 0.1 * j, 0.5], [9.0, 9.0]]) for j in range(1, 11)]
+    null = np.arange(1, 11) / 10
+    close = decoys.band(X_rec, 0.05, traj, 1)
+    assert close["p_value"] == pytest.approx(1 / 11) and close["verdict"] == "below" and close["draws"] == 10
+    np.testing.assert_allclose(close["matched_rmse"], np.quantile(null, [0.05, 0.95]))
+    mid = decoys.band(X_rec, 0.55, traj, 1)
+    assert mid["p_value"] == pytest.approx(6 / 11) and mid["verdict"] == "within"
+    assert decoys.band(X_rec, 0.99, traj, 1)["verdict"] == "above"
+    assert decoys.band(X_rec, None, traj, 1)["verdict"] == "error"
+    assert decoys.decoy_seeds(2) == [decoys.DECOY_SEED_BASE, decoys.DECOY_SEED_BASE + 1]
 
 
 def test_a_cell_with_other_options_is_not_reused(tmp_path):
@@ -170,6 +241,8 @@ def test_aggregate_skips_unattackable_rounds():
         (["--sigmas", "0", "--operating-sigma", "0", "--benchmark", "nope"], "unknown benchmark"),
         (["--sigmas", "0", "--operating-sigma", "0", "--restarts", "0"], "restarts"),
         (["--sigmas", "0", "--operating-sigma", "0", "--format", "svg"], "invalid choice"),
+        (["--sigmas", "0", "--operating-sigma", "0", "--seeds", "1000001", "--decoys", "2"], "are decoy seeds"),
+        (["--sigmas", "0", "--operating-sigma", "0", "--decoys", "-1"], "--decoys"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra, message):
@@ -186,7 +259,7 @@ def test_pursuit_attacker_runs_in_the_sweep_and_keys_its_cells(tmp_path):
 
     out = tmp_path / "p"
     argv = ["privacy", *RUN, "--seeds", "0", "--rounds", "1", "--clip", "2.5", "--quiet", "--sigmas", "0", "--operating-sigma", "0",
-            "--attack-mode", "pursuit", "--pursuit-candidates", "64", "--pursuit-grow-steps", "2", "--pursuit-final-steps", "3",
+            "--decoys", "0", "--attack-mode", "pursuit", "--pursuit-candidates", "64", "--pursuit-grow-steps", "2", "--pursuit-final-steps", "3",
             "--pursuit-swaps", "0", "--pursuit-search-particles", "0", "--out", str(out)]
     assert cli.main(argv) == 0
     doc = json.loads((out / "privacy.json").read_text())
@@ -206,7 +279,7 @@ def test_follow_attacker_runs_in_the_sweep_scores_the_listed_rounds_and_keys_its
 
     out = tmp_path / "f"
     argv = ["privacy", *RUN, "--seeds", "0", "--rounds", "0,2", "--clip", "2.5", "--quiet", "--sigmas", "0,4", "--operating-sigma", "4",
-            "--attack-mode", "pursuit-follow", "--pursuit-candidates", "64", "--pursuit-faces", "8", "--pursuit-grow-steps", "2",
+            "--decoys", "0", "--attack-mode", "pursuit-follow", "--pursuit-candidates", "64", "--pursuit-faces", "8", "--pursuit-grow-steps", "2",
             "--pursuit-final-steps", "3", "--pursuit-swaps", "0", "--pursuit-search-particles", "0", "--out", str(out)]
     assert cli.main(argv) == 0
     doc = json.loads((out / "privacy.json").read_text())
