@@ -222,11 +222,9 @@ def _config_from_args(args):
 
     if args.task is None and args.benchmark not in tasks.known_families():
         raise UsageError(f"unknown benchmark {args.benchmark!r}; choose one of {', '.join(tasks.known_families())}")
-    from pacd_jax.config import MAX_SEEDS
+    from pacd_jax.config import seeds_from_options
 
-    if args.seed_list is None and args.seeds > MAX_SEEDS:  # before building the tuple
-        raise ValueError(f"--seeds must be at most {MAX_SEEDS}, got {args.seeds}")
-    seeds = tuple(args.seed_list) if args.seed_list is not None else tuple(range(args.seeds))
+    seeds = seeds_from_options(args.seeds, args.seed_list)
     return RunConfig(
         benchmark=args.benchmark if args.task is None else args.task,
         method=args.method,

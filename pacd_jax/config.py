@@ -48,6 +48,16 @@ def _check_float(name: str, value: Any, low: float, strict: bool = True, high: f
 MAX_SEEDS = 100_000
 
 
+def seeds_from_options(count: int, seed_list=None) -> tuple[int, ...]:
+    """The seeds of ``--seeds N`` (0..N-1) or ``--seed-list`` (when given): the count is checked
+    against :data:`MAX_SEEDS` before a range is built (a huge N would exhaust memory first)."""
+    if seed_list is not None:
+        return tuple(int(s) for s in seed_list)
+    if count > MAX_SEEDS:
+        raise ValueError(f"--seeds must be at most {MAX_SEEDS}, got {count}")
+    return tuple(range(count))
+
+
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     """Everything that defines a run; ``run.json`` records all of it.

@@ -117,7 +117,7 @@ def cmd_epsilon(args) -> int:
 def cmd_gradnorms(args) -> int:
     from pacd_jax import gradnorms, io
     from pacd_jax.cli import UsageError
-    from pacd_jax.config import MAX_SEEDS, RunConfig
+    from pacd_jax.config import RunConfig, seeds_from_options
     from pacd_jax import tasks
 
     if args.benchmark not in tasks.known_families():
@@ -130,7 +130,7 @@ def cmd_gradnorms(args) -> int:
         benchmark=args.benchmark,
         num_clients=args.clients,
         iters=max(args.rounds) + 1,
-        seeds=tuple(range(min(args.seeds, MAX_SEEDS + 1))),  # RunConfig names the limit
+        seeds=seeds_from_options(args.seeds),
         num_particles=args.particles,
         hidden=tuple(args.hidden),
         svgd_steps=args.svgd_steps,

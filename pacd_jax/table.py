@@ -65,6 +65,11 @@ def cell_path(out: Path, benchmark: str, method: str) -> Path:
     return Path(out) / "cells" / benchmark / method / "run.json"
 
 
+def made_with(doc, options: dict) -> bool:
+    """Whether a cell's ``run.json`` document was made with exactly ``options`` (its recorded config hash)."""
+    return isinstance(doc, dict) and doc.get("table_cell", {}).get("config_hash") == config_hash(options)
+
+
 def cell_done(path: Path, options: dict) -> bool:
     """A finished cell: ``run.json`` readable and made with exactly ``options``."""
     from pacd_jax import io
@@ -73,7 +78,7 @@ def cell_done(path: Path, options: dict) -> bool:
         doc = io.read_json(path)
     except (OSError, ValueError):
         return False
-    return isinstance(doc, dict) and doc.get("table_cell", {}).get("config_hash") == config_hash(options)
+    return made_with(doc, options)
 
 
 def _run_cells(todo: list, jobs: int, xla_flags: str | None):
@@ -217,8 +222,7 @@ def run_grid(
     # only cells made with this grid's settings: a cell whose rerun failed keeps the
     # run.json of other settings on disk, and that must not fill the table
     def current(bench: str, method: str, doc: dict) -> bool:
-        options = config_dict(base.replace(benchmark=bench, method=method))
-        return doc.get("table_cell", {}).get("config_hash") == config_hash(options)
+        return made_with(doc, config_dict(base.replace(benchmark=bench, method=method)))
 
     return summarise_grid(base, benchmarks, methods, out, command, xla_flags,
                           {"elapsed_s": time.perf_counter() - start, "cells_run": len(todo) - len(failed),
@@ -542,11 +546,9 @@ def add_parser(sub) -> None:
 
 
 def base_config(args):
-    from pacd_jax.config import MAX_SEEDS, RunConfig
+    from pacd_jax.config import RunConfig, seeds_from_options
 
-    if args.seed_list is None and args.seeds > MAX_SEEDS:  # before building the tuple
-        raise ValueError(f"--seeds must be at most {MAX_SEEDS}, got {args.seeds}")
-    seeds = tuple(args.seed_list) if args.seed_list is not None else tuple(range(args.seeds))
+    seeds = seeds_from_options(args.seeds, args.seed_list)
     own = {"seeds": "--seeds/--seed-list", "iters": "--iters", "num_clients": "--clients", "x64": "--x64"}
     twice = [f"--set {k} (use {own[k]})" for k in dict(args.settings) if k in own]
     if twice:

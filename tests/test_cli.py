@@ -150,6 +150,14 @@ def test_python_dash_m_errors_are_one_line_too(tmp_path, args):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("command", ["run", "table", "gradnorms"])
+def test_a_huge_seed_count_is_one_line_before_any_work(tmp_path, capsys, command):
+    # the count is checked before range(N) is built (config.seeds_from_options), in every command that takes --seeds N
+    code, _, err = _run([command, "--seeds", "99999999999", "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and "--seeds must be at most 100000, got 99999999999" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
 def test_user_task_from_the_command_line(tmp_path, capsys, monkeypatch):
     monkeypatch.syspath_prepend(str(TESTS))
     code, _, err = _run(["run", "--task", "helpers:shifted_factory", "--clients", "2", "--iters", "2", "--quiet",

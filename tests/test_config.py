@@ -67,3 +67,13 @@ def test_meta_objective_weights():
     assert float(MetaObjective(num_clients=4, meta_lambda=2.0).data_weight(3.0)) == pytest.approx(2.0 / 14.0)
     with pytest.raises(ValueError, match="prior_factor"):
         MetaObjective(num_clients=5, prior_factor=-1.0)
+
+
+def test_seeds_from_options():
+    from pacd_jax.config import MAX_SEEDS, seeds_from_options
+
+    assert seeds_from_options(3) == (0, 1, 2)
+    assert seeds_from_options(3, [7, 2]) == (7, 2)  # a seed list wins over the count
+    assert seeds_from_options(MAX_SEEDS) == tuple(range(MAX_SEEDS))
+    with pytest.raises(ValueError, match="--seeds must be at most"):
+        seeds_from_options(MAX_SEEDS + 1)
