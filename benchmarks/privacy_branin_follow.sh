@@ -4,9 +4,10 @@
 # sigma 8, seeds 0, 1 and 3 (seed 2 was left out for time when this ran; add it to a partition and
 # to the last call to extend the sweep), 40 rounds, followed from round 1 to 39 and scored at rounds 1, 20 and 39, BO
 # in float64 (the attack is float64 either way). Two single-threaded processes fill the (sigma,
-# seed) cells side by side; the last call reuses them all, writes the aggregate with its command,
-# commit and machine, and the table goes into README.md between the privacy-sweep-follow markers.
-# Rerunning reuses finished cells.
+# seed) cells side by side; the last call reuses them all, runs the 40 decoy runs per sigma for the
+# decoy band (pacd_jax/decoys.py, seeds 1000000..1000039; about 15 min per sigma on the two cores),
+# writes the aggregate with its command, commit and machine, and the table goes into README.md
+# between the privacy-sweep-follow markers. Rerunning reuses finished cells and decoy sets.
 # Run from the repository root:  bash benchmarks/privacy_branin_follow.sh
 set -euo pipefail
 export XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" OMP_NUM_THREADS=1
