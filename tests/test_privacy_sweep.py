@@ -298,3 +298,28 @@ def test_follow_attacker_runs_in_the_sweep_scores_the_listed_rounds_and_keys_its
     assert key != privacy_sweep.cell_key(RunConfig(), 0, [1], pursuit.PursuitConfig())
     with pytest.raises(ValueError, match="pursuit attacker"):
         privacy_sweep.cell_key(RunConfig(), 0, [1], attack.AttackConfig(), follow=True)
+
+
+def test_decoy_round_script_with_the_sweeps_decoy_seeds_gives_the_sweeps_band(sweep, tmp_path):
+    """benchmarks/decoy_round.py runs decoys only up to the round; with the sweep's decoy seeds it must
+    reproduce the sweep's full-length decoy band, p-value and verdict at that round."""
+    import importlib.util
+    from pathlib import Path
+
+    out, _, doc = sweep
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "decoy_round.py"
+    spec = importlib.util.spec_from_file_location("decoy_round", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    result = tmp_path / "r1.json"
+    assert mod.main([str(out), "--sigma", "1.5", "--round", "1", "--decoys", str(DECOYS),
+                     "--first-seed", str(decoys.DECOY_SEED_BASE), "--out", str(result)]) == 0
+    got = json.loads(result.read_text())
+    assert got["decoy_iters"] == 2 and got["attacked_seeds_reproduced_max_abs_diff"] < 1e-6
+    assert got["meta"]["command"].startswith("python benchmarks/decoy_round.py ")
+    (cell,) = doc["sigmas"]["1.5"]["per_seed"]
+    (entry,) = [e for e in cell["rounds"] if e["round"] == 1]
+    (attack,) = got["attacks"]
+    np.testing.assert_allclose(attack["decoy_band"], entry["decoy"]["matched_rmse"], atol=1e-6)
+    assert attack["p_value"] == entry["decoy"]["p_value"] and attack["verdict"] == entry["decoy"]["verdict"]
+    assert mod.main([str(out), "--sigma", "7", "--round", "1", "--out", str(tmp_path / "x.json")]) == 2
