@@ -138,7 +138,8 @@ def aggregate(cells: list[dict], rounds) -> dict:
         agg["edge_fraction_rec"] = _stats([edge_fraction(e.get("X_rec")) for e in entries])
         agg["verdicts"] = [e["verdict"] for e in entries]
         if all("decoy" in e for e in entries):
-            agg["decoy_band"] = {"matched_rmse": [float(np.mean([e["decoy"]["matched_rmse"][j] for e in entries])) for j in (0, 1)]}
+            ends = [[e["decoy"]["matched_rmse"][j] for e in entries if e["decoy"]["matched_rmse"][j] is not None] for j in (0, 1)]
+            agg["decoy_band"] = {"matched_rmse": [float(np.mean(v)) if v else None for v in ends]}
             agg["decoy_p"] = _stats([e["decoy"]["p_value"] for e in entries])
             agg["decoy_verdicts"] = [e["decoy"]["verdict"] for e in entries]
         agg["m"] = entries[0]["m"]
@@ -275,7 +276,7 @@ def with_decoys(cell: dict, trajectories) -> dict:
     rounds = []
     for e in cell["rounds"]:
         if e.get("X_rec") is None:
-            rounds.append({**e, "decoy": {"matched_rmse": [math.nan, math.nan], "p_value": None, "verdict": "error",
+            rounds.append({**e, "decoy": {"matched_rmse": [None, None], "p_value": None, "verdict": "error",
                                           "draws": len(trajectories)}})
             continue
         rounds.append({**e, "decoy": decoys.band(e["X_rec"], e.get("matched_rmse"), trajectories, int(e["m"]), BAND_Q)})

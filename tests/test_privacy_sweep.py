@@ -211,7 +211,7 @@ def test_edge_fraction():
     assert privacy_sweep.edge_fraction(None) is None
 
 
-def test_aggregate_skips_unattackable_rounds():
+def test_aggregate_skips_unattackable_rounds(tmp_path):
     base = {"baseline": {k: 0.5 for k in privacy_sweep.SCORES}, "band": {k: [0.3, 0.6] for k in privacy_sweep.SCORES},
             "true_dispersion": 0.4, "m": 6, "round": 1, "X_true": [[0.0, 0.5], [0.5, 0.5]]}
     good = {**base, **{k: 0.4 for k in privacy_sweep.SCORES}, "rmse_ratio": 0.8, "loss": 1.0, "verdict": "within"}
@@ -225,6 +225,19 @@ def test_aggregate_skips_unattackable_rounds():
     assert agg["regret"]["curve_mean"] == pytest.approx([1.0, 0.2])
     assert agg["attack"]["1"]["verdicts"] == ["within", "error"] and not agg["within_band_every_round"]
     assert agg["attack"]["1"]["edge_fraction_true"]["mean"] == 0.5 and agg["attack"]["1"]["edge_fraction_rec"]["n"] == 1
+    assert "decoy_verdicts" not in agg["attack"]["1"] and "within_decoy_band_every_round" not in agg
+    # with decoys: the failed attack is an "error" verdict, left out of the band and p-value, and the document stays valid JSON
+    far = [np.array([[0.9, 0.9], [0.9, 0.9]]), np.array([[0.95, 0.9], [0.9, 0.95]])]
+    scored = [privacy_sweep.with_decoys(c, far) for c in cells]
+    assert [c["rounds"][0]["decoy"]["verdict"] for c in scored] == ["below", "error"]
+    agg = privacy_sweep.aggregate(scored, [1])
+    a = agg["attack"]["1"]
+    assert a["decoy_verdicts"] == ["below", "error"] and a["decoy_p"]["n"] == 1 and a["decoy_p"]["min"] == pytest.approx(1 / 3)
+    assert a["decoy_band"]["matched_rmse"] == scored[0]["rounds"][0]["decoy"]["matched_rmse"]
+    assert not agg["within_decoy_band_every_round"] and agg["below_decoy_band_any"] and agg["decoy_attacks"] == 1
+    from pacd_jax import io
+
+    io.write_json(tmp_path / "agg.json", {"agg": agg, "cells": scored})
 
 
 @pytest.mark.parametrize(
