@@ -19,7 +19,6 @@ the command, commit and machine.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import shlex
 import sys
 import time
@@ -48,10 +47,7 @@ def main(argv=None) -> int:
         print(f"error: no cells of sigma {args.sigma:g} in {args.folder}/cells", file=sys.stderr)
         return 2
     docs = [io.read_json(p) for p in cells]
-    fields = {f.name for f in dataclasses.fields(RunConfig)}
-    raw = docs[0]["key"]["config"]
-    config = RunConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items() if k in fields})
-    config = config.replace(iters=args.round + 1)
+    config = RunConfig.from_dict(docs[0]["key"]["config"]).replace(iters=args.round + 1)
     target = int(docs[0]["key"]["target"])
     entries = []
     for d in docs:

@@ -251,6 +251,12 @@ class RunConfig:
         """
         return {k: v for k, v in self.to_dict().items() if not (k in ADDED_OPTIONS and v == ADDED_OPTIONS[k])}
 
+    @classmethod
+    def from_dict(cls, options: dict) -> "RunConfig":
+        """The configuration of a :meth:`to_dict` or :meth:`identity` dict (lists back to tuples; options left out keep
+        their defaults, which is what :meth:`identity` leaves out)."""
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in options.items()})
+
     def to_dict(self) -> dict:
         """JSON-ready dict of every option (tuples as lists)."""
         out = {}

@@ -65,7 +65,7 @@ def band(X_rec, rmse: float | None, decoys, m: int, q=(0.05, 0.95)) -> dict:
     """Decoy band, rank p-value and verdict of one attacked round.
 
     Args:
-        X_rec: ``(n, d)`` the reconstruction (unit box).
+        X_rec: ``(n, d)`` the reconstruction (unit box); None: the attack failed.
         rmse: its matched RMSE to the true queries (None: the attack failed).
         decoys: the decoy trajectories (:func:`target_trajectories`); the first
             ``m`` rows of each are compared.
@@ -73,10 +73,13 @@ def band(X_rec, rmse: float | None, decoys, m: int, q=(0.05, 0.95)) -> dict:
 
     Returns:
         ``{"matched_rmse": [lo, hi], "p_value", "verdict", "draws"}``; the
-        verdict is ``below`` (leakage), ``within``, ``above`` or ``error``.
+        verdict is ``below`` (leakage), ``within``, ``above`` or ``error``
+        (no reconstruction: band and p-value None; no score: p-value None).
     """
     from pacd_jax import metrics
 
+    if X_rec is None:  # the attack produced nothing to compare
+        return {"matched_rmse": [None, None], "p_value": None, "verdict": "error", "draws": len(decoys)}
     X_rec = np.asarray(X_rec, np.float64)
     null = np.asarray([metrics.matched_rmse(X_rec, np.asarray(D, np.float64)[:m]) for D in decoys])
     lo, hi = (float(v) for v in np.quantile(null, q))

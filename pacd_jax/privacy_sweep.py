@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pacd_jax.decoys import DECOY_SEED_BASE  # (numpy only at import: the CLI stays quick to start)
+
 DELTA = 1e-5
 #: uniform guesses per attacked round for the baseline band.
 BAND_DRAWS = 200
@@ -273,14 +275,8 @@ def with_decoys(cell: dict, trajectories) -> dict:
     """
     from pacd_jax import decoys
 
-    rounds = []
-    for e in cell["rounds"]:
-        if e.get("X_rec") is None:
-            rounds.append({**e, "decoy": {"matched_rmse": [None, None], "p_value": None, "verdict": "error",
-                                          "draws": len(trajectories)}})
-            continue
-        rounds.append({**e, "decoy": decoys.band(e["X_rec"], e.get("matched_rmse"), trajectories, int(e["m"]), BAND_Q)})
-    return {**cell, "rounds": rounds}
+    return {**cell, "rounds": [{**e, "decoy": decoys.band(e.get("X_rec"), e.get("matched_rmse"), trajectories, int(e["m"]), BAND_Q)}
+                               for e in cell["rounds"]]}
 
 
 def load_cell(path: Path, key: dict) -> dict | None:
@@ -404,7 +400,7 @@ def sweep_document(base, sigmas, seeds, target, rounds, attack_config, operating
         "delta": DELTA,
         "band": {"kind": "uniform guesses", "draws": BAND_DRAWS, "quantiles": list(BAND_Q)},
         "decoy_band": ({"kind": "the target client's queries in runs with other seeds", "draws": int(decoys),
-                        "first_seed": _first_decoy_seed(), "quantiles": list(BAND_Q)}
+                        "first_seed": DECOY_SEED_BASE, "quantiles": list(BAND_Q)}
                        if decoys else None),
         "attack": {"mode": attack_mode(attack_config, follow), **dataclasses.asdict(attack_config), "precision": "float64"},
         "config": base.to_dict(),
@@ -413,12 +409,6 @@ def sweep_document(base, sigmas, seeds, target, rounds, attack_config, operating
 
 
 # -- outputs ----------------------------------------------------------------------------
-
-
-def _first_decoy_seed() -> int:
-    from pacd_jax import decoys
-
-    return decoys.DECOY_SEED_BASE
 
 
 def _fmt_eps(e) -> str:
@@ -658,7 +648,7 @@ def add_parser(sub) -> None:
     p.add_argument("--operating-sigma", type=_float, default=8.0, help="the sigma drawn against no DP in dp_regret.png (default %(default)s)")
     p.add_argument("--decoys", type=_nonneg_int, default=DEFAULT_DECOYS, metavar="D",
                    help="per sigma, D plain runs with other seeds (from %d) give the decoy band: the matched RMSE from each "
-                        "reconstruction to the target client's queries there; 0 = none (default %%(default)s)" % _first_decoy_seed())
+                        "reconstruction to the target client's queries there; 0 = none (default %%(default)s)" % DECOY_SEED_BASE)
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
     p.add_argument("--format", choices=("png", "pdf"), default="png", help="figure format (default %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or per-cell lines")

@@ -143,9 +143,8 @@ def _run_cell(job: tuple[dict, str]) -> tuple[str, str, str | None]:
     from pacd_jax import experiment, io
     from pacd_jax.config import RunConfig
 
-    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
     try:
-        doc = experiment.run(RunConfig(**fields))
+        doc = experiment.run(RunConfig.from_dict(options))
     except Exception as exc:  # one failing cell must not stop the grid; it is reported and left missing
         return options["benchmark"], options["method"], f"{type(exc).__name__}: {exc}"
     # what the cell was asked to run (run.json's config also resolves defaults such as init_points)

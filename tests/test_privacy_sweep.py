@@ -140,14 +140,11 @@ def test_decoy_band_is_the_matched_rmse_to_plain_runs_with_other_seeds(sweep, tm
 
 def test_a_decoy_run_of_the_attacked_seed_reproduces_the_attacked_data(sweep):
     """Decoys are drawn exactly as the target's data: the decoy generator given the attacked seed returns its true queries."""
-    import dataclasses
-
     from pacd_jax.config import RunConfig
 
     out, _, _ = sweep
     cell = json.loads((out / "cells" / "sigma=1.5_seed=0.json").read_text())
-    fields = {f.name for f in dataclasses.fields(RunConfig)}
-    config = RunConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in cell["key"]["config"].items() if k in fields})
+    config = RunConfig.from_dict(cell["key"]["config"])
     (X,) = decoys.target_trajectories(config, 0, [0])
     for e in cell["result"]["rounds"]:
         np.testing.assert_allclose(X[: e["m"]], e["X_true"], rtol=0, atol=1e-6)
