@@ -39,6 +39,19 @@ def test_direction_float32_close_to_reference():
     np.testing.assert_allclose(np.asarray(svgd_lib.svgd_direction(x, s)), _reference_direction(x, s), rtol=1e-4, atol=1e-5)
 
 
+def test_float32_keeps_accuracy_for_close_particles_far_from_origin():
+    """Late in meta-training the particles sit close together: |x|^2 + |y|^2 - 2 x.y must not cancel."""
+    rng = np.random.default_rng(0)
+    x64 = rng.normal(size=(1, 300)) + 1e-3 * rng.normal(size=(6, 300))
+    x32 = jnp.asarray(x64, jnp.float32)
+    xr = np.asarray(x32, np.float64)  # the float32 particles, exactly, in float64
+    s32 = jnp.asarray(rng.normal(size=(6, 300)), jnp.float32)
+    d2_ref = np.array([[np.sum((xr[i] - xr[j]) ** 2) for j in range(6)] for i in range(6)])
+    np.testing.assert_allclose(np.asarray(svgd_lib.squared_distances(x32)), d2_ref, rtol=1e-4, atol=1e-6 * d2_ref.max())
+    psi_ref = _reference_direction(xr, np.asarray(s32, np.float64))
+    np.testing.assert_allclose(np.asarray(svgd_lib.svgd_direction(x32, s32)), psi_ref, rtol=1e-4, atol=1e-4 * np.abs(psi_ref).max())
+
+
 def test_step_is_adam_on_minus_direction():
     with jax.enable_x64(True):
         x0 = jax.random.normal(jax.random.key(3), (4, 3), jnp.float64)
