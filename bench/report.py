@@ -32,8 +32,14 @@ def _target(r: dict) -> str:
 
 
 def _note(r: dict) -> str:
-    """What a record's configuration adds: a sweep's fitted exponent, a run's split of a round, a target."""
-    return "; ".join(n for n in (_config_note(r), _objective_note(r), _target(r)) if n)
+    """What a record's configuration adds: a sweep's fitted exponent, a run's split of a round, a target,
+    and how far the baseline's answer is from ours (``bench/propose_step.py``)."""
+    return "; ".join(n for n in (_config_note(r), _objective_note(r), _difference_note(r), _target(r)) if n)
+
+
+def _difference_note(r: dict) -> str:
+    diff = r.get("point_difference")
+    return "" if diff is None else f"proposed points differ from the baseline's by at most {diff:.1e}"
 
 
 def _objective_note(r: dict) -> str:

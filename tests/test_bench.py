@@ -124,3 +124,12 @@ def test_gp_fit_quick_writes_a_record_whose_fit_is_no_worse_than_the_baseline(tm
     obj = records[0]["objective"]
     # the early-stopped fit reaches the fixed-step fit's MAP objective (mean over the batch) up to float32 round-off
     assert np.isfinite(obj["ours"]) and obj["ours"] <= obj["vmapped-fixed-steps"] + 1e-3 * abs(obj["vmapped-fixed-steps"]) + 1e-3
+
+
+def test_propose_step_quick_writes_a_record_whose_points_match_the_baseline(tmp_path):
+    records = _run_script("propose_step", ["--quick"], tmp_path)
+    _check_records(records, extra={"point_difference"})
+    assert [r["name"] for r in records] == ["propose-2x20x2d"]
+    assert set(records[0]["baselines"]) == {"lapack-trsm"}
+    # the blocked L^-1 and the triangular solve give the same proposal up to float32 round-off
+    assert 0 <= records[0]["point_difference"] < 1e-3
