@@ -6,20 +6,25 @@ CBOC agents each propose a point ``x_hat_i`` and then query the mixed point
 * uniform (CBOC-U): ``W(t) = (1 - t/n_c) (1/N) 11^T + (t/n_c) I`` for
   ``t < n_c`` and ``I`` from ``t = n_c`` on: full averaging at first, each
   agent on its own at the end.
-* leader (CBOC-L): starting from ``W(0) = (1/N) 11^T``, each round moves
-  weight towards the agent ``l`` whose acquisition maximum is largest, with
-  ``kappa = 1 / (n_c N)``: if ``W1[l,l] > (N-1)^2 kappa`` (``W1`` the previous
-  matrix) every entry off row/column ``l`` loses ``kappa``, row and column
-  ``l`` gain ``(N-1) kappa`` and ``W[l,l] = W1[l,l] - (N-1)^2 kappa``;
-  otherwise ``W`` is reset to ``(N-2)/(N-1)^2`` everywhere with row and column
-  ``l`` equal to ``1/(N-1)`` and ``W[l,l] = 0``.
+* leader (CBOC-L): the uniform schedule tilted towards the agent ``l`` whose
+  acquisition maximum is largest this round, ``W(t) = rule(W_U(t), l)`` for
+  ``t < n_c`` and ``I`` from ``t = n_c`` on. With ``kappa = 1 / (n_c N)`` and
+  ``W1 = W_U(t)``: if ``W1[l,l] > (N-1)^2 kappa`` every entry off row/column
+  ``l`` loses ``kappa``, row and column ``l`` gain ``(N-1) kappa`` and
+  ``W[l,l] = W1[l,l] - (N-1)^2 kappa``; otherwise ``W`` is reset to
+  ``(N-2)/(N-1)^2`` everywhere with row and column ``l`` equal to ``1/(N-1)``
+  and ``W[l,l] = 0``.
 
-Both keep ``W`` symmetric and doubly stochastic (rows and columns sum to 1).
-The leader rule as written checks only the leader's self-weight, so after
-many rounds without a reset an entry between two agents that are rarely the
-leader can fall below zero (down to about -0.03 in simulations with N = 5 and
-n_c = T = 100); the mixed point is then an affine, not convex, combination and
-the CBOC method clips it to the box.
+Both keep ``W`` symmetric and doubly stochastic (rows and columns sum to 1)
+with non-negative entries, so every mixed point is a convex combination of
+the proposals. ``W1`` is the uniform schedule's matrix of the round, not the
+previous leader matrix: that is how the authors' code runs it (its
+``W_matrix_1`` moves by ``(N-1) kappa`` on the diagonal and ``-kappa`` off it
+every round, whoever leads, and the rule is applied to it afresh; public
+repository ``UMDataScienceLab/Consensus_Bayesian_Opt``, ``Branin_code.ipynb``).
+Chaining the rule on its own output instead drains the self-weight of an
+agent that leads often and can push an entry between two rarely leading
+agents below zero.
 All functions are pure ``jnp`` and jit-able with traced ``t`` and ``l``.
 """
 
@@ -52,7 +57,7 @@ def uniform_matrix(t: ArrayLike, num_agents: int, n_c: int, dtype=None) -> Array
 
 
 def leader_matrix(previous: ArrayLike, leader: ArrayLike, n_c: int) -> Array:
-    """CBOC-L: the next matrix from the previous one ``W1`` and the leader index ``l``.
+    """The leader rule: ``W1`` tilted towards agent ``l`` (:func:`leader_schedule` applies it to ``W_U(t)``).
 
     Args:
         previous: ``(N, N)`` symmetric doubly stochastic ``W1``.
@@ -74,6 +79,20 @@ def leader_matrix(previous: ArrayLike, leader: ArrayLike, n_c: int) -> Array:
     reset = jnp.where(on_leader, 1.0 / (n - 1), (n - 2) / (n - 1) ** 2)
     reset = jnp.where(diag_leader, 0.0, reset).astype(w1.dtype)
     return jnp.where(w1[leader, leader] > (n - 1) ** 2 * kappa, moved, reset)
+
+
+def leader_schedule(t: ArrayLike, leader: ArrayLike, num_agents: int, n_c: int, dtype=None) -> Array:
+    """CBOC-L's ``W(t)``: the leader rule applied to the uniform schedule's ``W_U(t)``; ``I`` from ``t = n_c`` on.
+
+    Args:
+        t: round index (0 for the first round; may be traced).
+        leader: index of the agent with the largest acquisition value this round (may be traced).
+        num_agents: N.
+        n_c: consensus horizon (``n_c >= 1``); ``kappa = 1 / (n_c N)``.
+    """
+    dtype = dtype or jnp.result_type(float)
+    tilted = leader_matrix(uniform_matrix(t, num_agents, n_c, dtype), leader, n_c)
+    return jnp.where(jnp.asarray(t) >= n_c, jnp.eye(num_agents, dtype=dtype), tilted)
 
 
 def mix(weights: ArrayLike, proposals: ArrayLike) -> Array:

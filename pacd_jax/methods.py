@@ -314,7 +314,7 @@ def cboc(config: RunConfig, dim: int, schedule: str) -> Method:
         if schedule == "uniform":
             weights = consensus.uniform_matrix(round_idx, n, n_c, buffers.X.dtype)
         else:
-            weights = consensus.leader_matrix(state.weights, jnp.argmax(values), n_c)
+            weights = consensus.leader_schedule(round_idx, jnp.argmax(values), n, n_c, buffers.X.dtype)
         queries = jnp.clip(consensus.mix(weights, x_hat), 0.0, 1.0)  # a convex combination; clip only round-off
         return CBOCState(hyper, weights, state.seed, queries)
 

@@ -34,7 +34,7 @@ def test_cboc_uniform_round0_everyone_queries_the_average_proposal():
 
 
 def test_cboc_leader_moves_weight_to_the_best_ei_agent():
-    config = small_config(method="cboc-l", benchmark="branin", iters=4, consensus_steps=10)
+    config = small_config(method="cboc-l", benchmark="branin", iters=4, consensus_steps=100)  # kappa = 1/500: the tilt, not the reset
     problem, method, state, seed = _round0(config)
     learned = jax.jit(method.learn)(state.model, state.buffers, jnp.asarray(0, jnp.int32))
     gp_config = standard_gp.StandardGPConfig(dim=problem.dim, kernel=config.gp_kernel, fit_steps=config.gp_fit_steps)
@@ -42,9 +42,19 @@ def test_cboc_leader_moves_weight_to_the_best_ei_agent():
     x_hat, values = jax.vmap(client.propose_ei, (None, 0, 0, 0, None))(
         gp_config, learned.hyper, state.buffers, keys_, methods.maximiser_config(config)
     )
-    expected_w = consensus.leader_matrix(consensus.averaging_matrix(5), int(np.argmax(values)), 10)
+    expected_w = consensus.leader_matrix(consensus.averaging_matrix(5), int(np.argmax(values)), 100)
     np.testing.assert_allclose(np.asarray(learned.weights), np.asarray(expected_w), atol=1e-6)
     np.testing.assert_allclose(np.asarray(learned.queries), np.asarray(expected_w @ x_hat), atol=1e-5)
+    # round 1: the rule tilts the uniform schedule's W_U(1), not round 0's leader matrix
+    second = jax.jit(method.learn)(learned, state.buffers, jnp.asarray(1, jnp.int32))
+    keys_ = jax.vmap(lambda i: keys.client_key(seed, "propose", i, 1))(jnp.arange(config.num_clients))
+    x_hat, values = jax.vmap(client.propose_ei, (None, 0, 0, 0, None))(
+        gp_config, second.hyper, state.buffers, keys_, methods.maximiser_config(config)
+    )
+    leader = int(np.argmax(values))
+    expected_w = consensus.leader_matrix(consensus.uniform_matrix(1, 5, 100), leader, 100)
+    np.testing.assert_allclose(np.asarray(second.weights), np.asarray(expected_w), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(second.queries), np.clip(np.asarray(expected_w @ x_hat), 0, 1), atol=1e-5)
 
 
 def test_cboc_runs_end_to_end():
