@@ -101,6 +101,9 @@ def cmd_epsilon(args) -> int:
     if args.target_epsilon is not None:
         sigma = accounting.sigma_for_epsilon(args.target_epsilon, n, args.delta, "pld")
         print(f"sigma = {sigma:.6g} reaches epsilon <= {args.target_epsilon:g} (PLD) for {where}")
+        if sigma < 2 * accounting.SIGMA_RANGE[0]:  # the search stopped at its floor, not at the boundary
+            print(f"  this is the smallest sigma accounted for ({accounting.SIGMA_RANGE[0]:g}); "
+                  "every sigma above it reaches the target too")
         print(f"  noise std per coordinate = 2 sigma C = {2 * sigma * args.clip:.4g} (C = {args.clip:g})")
         at_sigma, name = accounting.pld_or_exact(sigma, n, args.delta)
         print(f"  at this sigma: epsilon {'PLD' if name == 'pld' else 'exact mu-GDP'} = {at_sigma:.4f}, "

@@ -92,7 +92,10 @@ def test_epsilon_cli(capsys):
     assert f"= {d.num_particles * (d.svgd_steps_init + 99 * d.svgd_steps)} Gaussian releases" in capsys.readouterr().out
     assert main(["epsilon", *one_each, "--target-epsilon", "13.2067"]) == 0
     out = capsys.readouterr().out
-    assert "sigma" in out and "4.00" in out
+    assert "sigma" in out and "4.00" in out and "smallest sigma" not in out
+    # a target so large that any sigma meets it: say so rather than pass the search's floor off as a boundary
+    assert main(["epsilon", *one_each, "--target-epsilon", "1e300"]) == 0
+    assert "smallest sigma accounted for" in capsys.readouterr().out
     assert main(["epsilon", "--sigma", "0", "--rounds", "3"]) == 2
     assert main(["epsilon", "--sigma", "1", "--delta", "2"]) == 2
     assert main(["epsilon"]) == 2  # neither --sigma nor --target-epsilon
