@@ -161,8 +161,9 @@ def posterior_cache(mean: Array, kxx: Array, data: GPData, diag: Array | float) 
     rather than a triangular solve each time (the solves were 60 % of a
     PACD-BO proposal on the CPU). It comes from the blocked factorisation of
     :func:`pacd_jax.linalg.cholesky_inverse`, mostly batched matrix products:
-    LAPACK's triangular solve with M right-hand sides took 3x longer on the
-    50 Gram matrices of 110 rows of a proposal (``bench/propose_step.py``).
+    with LAPACK's triangular solve with M right-hand sides instead, which XLA
+    runs one matrix at a time, a proposal on 5 x 110 x 6-D took 1.26x as long
+    (``bench/propose_step.py``).
     ``a = L^-T L^-1 r`` takes one step of iterative refinement,
     ``a + L^-T L^-1 (r - K a)``, which wins back the float32 accuracy an explicit
     inverse loses against a triangular solve.
