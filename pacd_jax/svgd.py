@@ -43,8 +43,8 @@ def _centred(particles: Array) -> Array:
     The matmul forms below subtract large, nearly equal numbers when the particles
     sit close together far from the origin (late in meta-training); about their
     mean the terms are of the size of the spread, so float32 keeps its relative
-    accuracy (tests/test_svgd.py: a spread of 1e-3 about an offset of 1 lost half
-    the digits of ``d^2`` before).
+    accuracy (tests/test_svgd.py: with a spread of 1e-3 about an offset of 1, the
+    uncentred form was 28 % off in ``d^2``; centred, within 1e-4).
     """
     return particles - jnp.mean(particles, axis=0, keepdims=True)
 
