@@ -19,6 +19,20 @@ SVGD step in that kind of op (summed over ops; tracing slows every op, and
 ops that overlap on the two cores are counted in full, so read the kinds as
 shares), and ``profile-<config>/wall``, the untraced wall time per step with
 the eight most expensive ops in its ``config.top_ops_ms``.
+
+Arithmetic, to read the times against what the machine can do:
+
+* ``profile-<config>/wall`` has ``config.flops_per_step``: XLA's cost
+  analysis of one step compiled alone (the clients' messages, the
+  coordinator's update, and their sum), and ``config.gflops``, that sum
+  over the wall time;
+* ``profile-<config>/matmul`` has ``config.dot_flops_per_step``, the flops
+  of the round's matrix products counted from its compiled HLO
+  (2 x output elements x contracted elements per ``dot``), and
+  ``config.gflops``, those flops over the products' traced time;
+* ``profile-gemm-<n>``: one ``n x n`` float32 matrix product on one device
+  (XLA's CPU backend runs it on all cores), the machine's large-product
+  rate in ``config.gflops``.
 """
 
 from __future__ import annotations
@@ -28,9 +42,12 @@ import collections
 import glob
 import gzip
 import json
-import sys
+import math
+import re
 import statistics
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -55,13 +72,78 @@ def kind_of(op: str) -> str:
     return "other"
 
 
-def profile(cfg: common.StepConfig, steps: int, calls: int) -> tuple[dict, float, list]:
+_DEFINITION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*[a-z]\w*\[([\d,]*)\]")
+_DOT = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*[a-z]\w*\[([\d,]*)\]\S*\s+dot\(%?([\w.\-]+),.*?"
+                  r"lhs_contracting_dims=\{([\d,]*)\}")
+
+
+def _dims(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v]
+
+
+def dot_flops(hlo_text: str) -> dict[str, float]:
+    """Flops of every ``dot`` in an HLO module's text: ``2 x prod(output) x prod(lhs contracting dims)``.
+
+    Instruction names are unique within a module, so an operand's shape is
+    looked up from its defining line.
+    """
+    lines = hlo_text.splitlines()
+    shapes = {m[1]: _dims(m[2]) for m in map(_DEFINITION.match, lines) if m}
+    flops = {}
+    for m in filter(None, map(_DOT.match, lines)):
+        lhs = shapes[m[3]]
+        contracted = math.prod(lhs[i] for i in _dims(m[4]))
+        flops[m[1]] = 2.0 * math.prod(_dims(m[2])) * contracted
+    return flops
+
+
+def _flops(compiled) -> float:
+    analysis = compiled.cost_analysis()
+    analysis = analysis[0] if isinstance(analysis, (list, tuple)) else analysis
+    return float(analysis["flops"])
+
+
+def step_flops(cfg: common.StepConfig) -> dict[str, float]:
+    """XLA's flop count of one SVGD step, compiled alone in its two halves (one device)."""
+    import jax
+
+    import svgd_step
+    from pacd_jax import methods, sharding
+
+    _, learner, buffers, state = svgd_step._setup(cfg, 1)
+    messages = jax.jit(sharding.client_messages(learner.model))
+    update = jax.jit(lambda s, g, b: learner.coordinator_update(s, g, methods.public_count(b)))
+    grads = messages(state.particles, buffers)
+    out = {
+        "clients": _flops(messages.lower(state.particles, buffers).compile()),
+        "coordinator": _flops(update.lower(state, grads, buffers).compile()),
+    }
+    out["total"] = out["clients"] + out["coordinator"]
+    return out
+
+
+def gemm_rate(n: int, repeats: int) -> tuple[float, list[float]]:
+    """Compile time and call times of one ``n x n`` float32 product on one device."""
+    import jax
+    import jax.numpy as jnp
+
+    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+    product = jax.jit(jnp.matmul)
+    return common.time_call(lambda: product(a, a), repeats, min_seconds=1.0)
+
+
+def profile(cfg: common.StepConfig, steps: int, calls: int) -> tuple[dict, float, list, float, dict]:
     import jax
 
     import svgd_step
 
-    call = svgd_step.ours(cfg, steps)
-    compile_s, times = common.time_call(call, calls)  # untraced: the trace itself slows the ops
+    learn, args = svgd_step.ours_program(cfg, steps)
+    start = time.perf_counter()
+    compiled = learn.lower(*args).compile()  # the program traced below, so the op names match its HLO
+    compile_s = time.perf_counter() - start
+    dots = dot_flops(compiled.as_text())
+    call = lambda: compiled(*args)[0].particles  # noqa: E731
+    _, times = common.time_call(call, calls)  # untraced: the trace itself slows the ops
     wall = statistics.median(times) / steps
     with tempfile.TemporaryDirectory() as tmp:
         with jax.profiler.trace(tmp, create_perfetto_trace=True):
@@ -79,7 +161,15 @@ def profile(cfg: common.StepConfig, steps: int, calls: int) -> tuple[dict, float
     for op, ms in per_op.items():
         by_kind[kind_of(op)] += ms
     top = sorted(per_op.items(), key=lambda kv: -kv[1])[:8]
-    return by_kind, wall * 1e3, top, compile_s
+    # the products' rate inside the step: flops of the dots the trace shows over their traced time
+    traced = [op for op in dots if op in per_op]
+    matmul = {
+        "dot_flops_per_step": sum(dots.values()),
+        "dots": len(dots),
+        "dots_traced": len(traced),
+        "gflops": sum(dots[op] for op in traced) / (sum(per_op[op] for op in traced) * 1e-3) / 1e9 if traced else 0.0,
+    }
+    return by_kind, wall * 1e3, top, compile_s, matmul
 
 
 def main(argv=None) -> int:
@@ -87,19 +177,29 @@ def main(argv=None) -> int:
     parser.add_argument("--json", required=True)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--calls", type=int, default=10)
-    parser.add_argument("--quick", action="store_true", help="anchor only, 2 calls of 5 steps")
+    parser.add_argument("--gemm", type=int, default=1024, help="size of the square product that gives the machine's rate")
+    parser.add_argument("--quick", action="store_true", help="anchor only, 2 calls of 5 steps, a 256 x 256 product")
     args = parser.parse_args(argv)
     configs = [common.ANCHOR] if args.quick else [common.ANCHOR, common.BO]
     if args.quick:
-        args.steps, args.calls = 5, 2
+        args.steps, args.calls, args.gemm = 5, 2, 256
     records = []
     for cfg in configs:
-        by_kind, wall_ms, top, compile_s = profile(cfg, args.steps, args.calls)
+        by_kind, wall_ms, top, compile_s, matmul = profile(cfg, args.steps, args.calls)
+        flops = step_flops(cfg)
         base = {**cfg.to_dict(), "steps_per_call": args.steps, "calls": args.calls}
-        records.append(common.record(f"profile-{cfg.name}/wall", {**base, "top_ops_ms": dict(top)}, [wall_ms * 1e-3], compile_s))
+        wall_config = {**base, "top_ops_ms": dict(top), "flops_per_step": flops, "gflops": flops["total"] / wall_ms / 1e6}
+        records.append(common.record(f"profile-{cfg.name}/wall", wall_config, [wall_ms * 1e-3], compile_s))
         for kind, ms in by_kind.items():
-            records.append(common.record(f"profile-{cfg.name}/{kind}", {**base, "traced": True}, [ms * 1e-3], compile_s))
-        print(f"{cfg.name}: wall {wall_ms:.3f} ms/step; " + ", ".join(f"{k} {v:.3f}" for k, v in by_kind.items()))
+            extra = matmul if kind == "matmul" else {}
+            records.append(common.record(f"profile-{cfg.name}/{kind}", {**base, "traced": True, **extra}, [ms * 1e-3], compile_s))
+        print(f"{cfg.name}: wall {wall_ms:.3f} ms/step, {flops['total'] / 1e6:.1f} MFLOP, "
+              f"{wall_config['gflops']:.1f} GFLOP/s; " + ", ".join(f"{k} {v:.3f}" for k, v in by_kind.items())
+              + f"; products {matmul['gflops']:.1f} GFLOP/s")
+    compile_s, times = gemm_rate(args.gemm, 5)
+    gflops = 2.0 * args.gemm**3 / statistics.median(times) / 1e9
+    records.append(common.record(f"profile-gemm-{args.gemm}", {"n": args.gemm, "dtype": "float32", "gflops": gflops}, times, compile_s))
+    print(f"{args.gemm} x {args.gemm} product: {gflops:.1f} GFLOP/s")
     common.write(args.json, records, "bench/profile_step.py", argv)
     print(f"wrote {args.json}")
     return 0

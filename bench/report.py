@@ -66,7 +66,20 @@ def _config_note(r: dict) -> str:
             note += f"; particles split over {c['devices']} devices"
         return note
     if "top_ops_ms" in c:
-        return "top ops: " + ", ".join(f"{k} {v:.3f}" for k, v in list(c["top_ops_ms"].items())[:3])
+        note = "top ops: " + ", ".join(f"{k} {v:.3f}" for k, v in list(c["top_ops_ms"].items())[:3])
+        if "flops_per_step" in c:
+            f = c["flops_per_step"]
+            note += (f"; {f['total'] / 1e6:.1f} MFLOP per step (clients {f['clients'] / 1e6:.1f}, coordinator "
+                     f"{f['coordinator'] / 1e6:.1f}) at {c['gflops']:.1f} GFLOP/s")
+            goal = TARGETS.get(c.get("name", ""))
+            if goal is not None:
+                note += f"; the {goal:g} ms target needs {f['total'] / goal / 1e6:.1f} GFLOP/s"
+        return note
+    if "dot_flops_per_step" in c:
+        return (f"matrix products: {c['dot_flops_per_step'] / 1e6:.1f} MFLOP per step, {c['gflops']:.1f} GFLOP/s "
+                f"while traced ({c['dots_traced']} of {c['dots']} dots timed)")
+    if "gflops" in c and "n" in c:
+        return f"one {c['n']} x {c['n']} {c['dtype']} product: {c['gflops']:.1f} GFLOP/s"
     if c.get("devices", 1) > 1:
         return f"particles split over {c['devices']} devices"
     return ""

@@ -93,7 +93,8 @@ def _loop(learner, client_grads, steps: int):
     return jax.jit(run)
 
 
-def ours(cfg, steps, devices: int = 1):
+def ours_program(cfg, steps, devices: int = 1):
+    """The jitted round ``ours`` times and its arguments (``bench/profile_step.py`` reads its HLO)."""
     import jax
     import jax.numpy as jnp
 
@@ -103,8 +104,12 @@ def ours(cfg, steps, devices: int = 1):
     # the round as the loop runs it (pacd_jax.loop): the coordinator's record of non-finite
     # gradients comes back as an output, with no host callback inside the program
     learn = jax.jit(methods.pacd(config, cfg.dim).learn_checked)
-    one = jnp.asarray(1, jnp.int32)
-    return lambda: learn(state, buffers, one)[0].particles
+    return learn, (state, buffers, jnp.asarray(1, jnp.int32))
+
+
+def ours(cfg, steps, devices: int = 1):
+    learn, args = ours_program(cfg, steps, devices)
+    return lambda: learn(*args)[0].particles
 
 
 def autodiff(cfg, steps):

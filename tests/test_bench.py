@@ -100,12 +100,41 @@ def test_full_run_table_estimate_sums_its_cells(tmp_path):
     assert total["median_ms"] == pytest.approx(sum(r["median_ms"] for r in cells))
 
 
-def test_profile_step_quick_sums_time_by_kind(tmp_path):
+def test_profile_step_quick_sums_time_by_kind_and_counts_flops(tmp_path):
     records = _run_script("profile_step", ["--quick"], tmp_path)
     _check_records(records)
-    kinds = [r["name"].split("/")[1] for r in records]
-    assert kinds == ["wall", "matmul", "lapack", "elementwise", "layout", "other"]
-    assert records[0]["config"]["top_ops_ms"] and sum(r["median_ms"] for r in records[1:]) > 0
+    kinds = ["wall", "matmul", "lapack", "elementwise", "layout", "other"]
+    assert [r["name"] for r in records] == [f"profile-anchor-5x20x1d/{k}" for k in kinds] + ["profile-gemm-256"]
+    wall, matmul, gemm = records[0]["config"], records[1]["config"], records[-1]
+    assert wall["top_ops_ms"] and sum(r["median_ms"] for r in records[1:6]) > 0
+    flops = wall["flops_per_step"]
+    assert flops["total"] == pytest.approx(flops["clients"] + flops["coordinator"])
+    assert flops["clients"] > flops["coordinator"] > 0
+    assert wall["gflops"] == pytest.approx(flops["total"] / records[0]["median_ms"] / 1e6)
+    # the products are part of the step's flops, and the trace timed some of them
+    assert 0 < matmul["dot_flops_per_step"] < flops["total"]
+    assert 0 < matmul["dots_traced"] <= matmul["dots"] and matmul["gflops"] > 0
+    assert gemm["config"]["gflops"] == pytest.approx(2 * 256**3 / gemm["median_ms"] / 1e6)
+
+
+def test_dot_flops_equals_xla_cost_analysis_of_a_program_of_products():
+    import jax
+    import jax.numpy as jnp
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import profile_step
+
+    def products(a, b, c, d):
+        return jnp.einsum("bij,bjk->bik", a, b).sum() + (c @ d).sum() + jnp.einsum("mi,mk->ik", c, c).sum()
+
+    args = [jnp.ones(s, jnp.float32) for s in ((3, 4, 5), (3, 5, 6), (7, 8), (8, 2))]
+    compiled = jax.jit(products).lower(*args).compile()
+    counted = profile_step.dot_flops(compiled.as_text())
+    # by hand: 2 x output x contraction for each product
+    assert sorted(counted.values()) == sorted([2.0 * 3 * 4 * 6 * 5, 2.0 * 7 * 2 * 8, 2.0 * 8 * 8 * 7])
+    # XLA's own count of the products, an independent oracle (the sums add their few flops)
+    reductions = 3 * 4 * 6 + 7 * 2 + 8 * 8 + 2
+    assert sum(counted.values()) == pytest.approx(profile_step._flops(compiled) - reductions, rel=0.02)
 
 
 def test_dlg_loss_quick_writes_records_with_both_baselines(tmp_path):
