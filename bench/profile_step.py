@@ -12,13 +12,21 @@ XLA operation by kind:
 * ``lapack``: ``cholesky`` / ``triangular_solve`` (the inverse's base blocks);
 * ``elementwise``: loop and reduction fusions (tanh, exp of the Gram matrix, ``G * K``, Adam);
 * ``layout``: copies, concatenations, transposes, slices, bitcasts;
+* ``collective``: the all-gather of the clients' messages, waiting for the
+  other devices included (only with ``--devices D > 1``);
 * ``other``: sort (the median heuristic), control flow and the rest.
 
 Records: ``profile-<config>/<kind>`` with ``median_ms`` the traced time per
 SVGD step in that kind of op (summed over ops; tracing slows every op, and
 ops that overlap on the two cores are counted in full, so read the kinds as
 shares), and ``profile-<config>/wall``, the untraced wall time per step with
-the eight most expensive ops in its ``config.top_ops_ms``.
+the eight most expensive ops in its ``config.top_ops_ms`` and, in
+``config.busy_ms_by_thread``, how long each of XLA's compute threads was
+busy with ops per step (traced): XLA's CPU runtime runs independent ops of
+one program side by side, so even one device keeps more than one core busy.
+With ``--devices D`` the round splits the particles over D host devices as
+``pacd-bo run --devices D`` does, and the records are named
+``profile-<config>-devices<D>/...``.
 
 Arithmetic, to read the times against what the machine can do:
 
@@ -28,7 +36,9 @@ Arithmetic, to read the times against what the machine can do:
   over the wall time;
 * ``profile-<config>/matmul`` has ``config.dot_flops_per_step``, the flops
   of the round's matrix products counted from its compiled HLO
-  (2 x output elements x contracted elements per ``dot``), and
+  (2 x output elements x contracted elements per ``dot``; with D devices,
+  D times the per-device program's, the coordinator's replicated products
+  included), and
   ``config.gflops``, those flops over the products' traced time;
 * ``profile-gemm-<n>``: one ``n x n`` float32 matrix product on one device
   (XLA's CPU backend runs it on all cores), the machine's large-product
@@ -49,17 +59,22 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 
-KINDS = ("matmul", "lapack", "elementwise", "layout", "other")
-_HOST = ("$", "Thunk", "Pjit", "Common", "SlinkyThreadPool", "TfrtCpu", "PjRt", "ExecuteReplicated", "shard_args")
+KINDS = ("matmul", "lapack", "elementwise", "layout", "collective", "other")
+# host-side events, and the rendezvous events nested inside a collective op
+_HOST = ("$", "Thunk", "Pjit", "Common", "SlinkyThreadPool", "TfrtCpu", "PjRt", "ExecuteReplicated", "shard_args",
+         "Rendezvous", "Wait", "cpp_pjit")
 
 
 def kind_of(op: str) -> str:
     name = op.split(".")[0]
+    if name.replace("_", "-").startswith(("all-gather", "all-reduce", "collective-permute", "all-to-all")):
+        return "collective"
     if name in ("dot", "dot_general") or name.startswith("dot"):
         return "matmul"
     if name.startswith(("cholesky", "triangular_solve", "lapack")):
@@ -132,12 +147,21 @@ def gemm_rate(n: int, repeats: int) -> tuple[float, list[float]]:
     return common.time_call(lambda: product(a, a), repeats, min_seconds=1.0)
 
 
-def profile(cfg: common.StepConfig, steps: int, calls: int) -> tuple[dict, float, list, float, dict]:
+class Profile(NamedTuple):
+    by_kind: dict[str, float]  # traced ms per step by kind of op
+    wall_ms: float  # untraced ms per step
+    top: list  # the eight most expensive ops, (name, ms per step)
+    busy_ms_by_thread: list[float]  # traced ms per step each compute thread spent in ops, largest first
+    compile_s: float
+    matmul: dict  # the products' flops and rate
+
+
+def profile(cfg: common.StepConfig, steps: int, calls: int, devices: int = 1) -> Profile:
     import jax
 
     import svgd_step
 
-    learn, args = svgd_step.ours_program(cfg, steps)
+    learn, args = svgd_step.ours_program(cfg, steps, devices)
     start = time.perf_counter()
     compiled = learn.lower(*args).compile()  # the program traced below, so the op names match its HLO
     compile_s = time.perf_counter() - start
@@ -154,14 +178,20 @@ def profile(cfg: common.StepConfig, steps: int, calls: int) -> tuple[dict, float
             events = json.load(fh)
     events = events["traceEvents"] if isinstance(events, dict) else events
     per_op: dict[str, float] = collections.defaultdict(float)
+    per_thread: dict[tuple, float] = collections.defaultdict(float)
     for e in events:
         if e.get("ph") == "X" and "dur" in e and not e["name"].startswith(_HOST) and not e["name"].startswith("while"):
             per_op[e["name"]] += e["dur"] * 1e-3 / (calls * steps)  # ms per step
+            per_thread[e.get("pid"), e.get("tid")] += e["dur"] * 1e-3 / (calls * steps)
+    # threads that ran a real share of the ops (not the host thread's occasional copy)
+    busy = sorted((ms for ms in per_thread.values() if ms >= 0.05 * wall * 1e3), reverse=True)
     by_kind = {k: 0.0 for k in KINDS}
     for op, ms in per_op.items():
         by_kind[kind_of(op)] += ms
     top = sorted(per_op.items(), key=lambda kv: -kv[1])[:8]
-    # the products' rate inside the step: flops of the dots the trace shows over their traced time
+    # the products' rate inside the step: flops of the dots the trace shows over their traced time;
+    # every device runs the (SPMD) program's dots, and the trace sums their time over the devices
+    dots = {op: devices * f for op, f in dots.items()}
     traced = [op for op in dots if op in per_op]
     matmul = {
         "dot_flops_per_step": sum(dots.values()),
@@ -169,7 +199,7 @@ def profile(cfg: common.StepConfig, steps: int, calls: int) -> tuple[dict, float
         "dots_traced": len(traced),
         "gflops": sum(dots[op] for op in traced) / (sum(per_op[op] for op in traced) * 1e-3) / 1e9 if traced else 0.0,
     }
-    return by_kind, wall * 1e3, top, compile_s, matmul
+    return Profile(by_kind, wall * 1e3, top, busy, compile_s, matmul)
 
 
 def main(argv=None) -> int:
@@ -177,25 +207,36 @@ def main(argv=None) -> int:
     parser.add_argument("--json", required=True)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--calls", type=int, default=10)
+    parser.add_argument("--devices", type=int, default=1, help="host devices to split the particles over, as in pacd-bo run")
     parser.add_argument("--gemm", type=int, default=1024, help="size of the square product that gives the machine's rate")
     parser.add_argument("--quick", action="store_true", help="anchor only, 2 calls of 5 steps, a 256 x 256 product")
     args = parser.parse_args(argv)
     configs = [common.ANCHOR] if args.quick else [common.ANCHOR, common.BO]
     if args.quick:
         args.steps, args.calls, args.gemm = 5, 2, 256
+    if args.devices < 1 or any(c.num_particles % args.devices for c in configs):
+        parser.error(f"--devices must divide K = {common.ANCHOR.num_particles}, got {args.devices}")
+    from pacd_jax.sharding import request_host_devices
+
+    request_host_devices(args.devices)  # before JAX starts
     records = []
     for cfg in configs:
-        by_kind, wall_ms, top, compile_s, matmul = profile(cfg, args.steps, args.calls)
+        prof = profile(cfg, args.steps, args.calls, args.devices)
         flops = step_flops(cfg)
-        base = {**cfg.to_dict(), "steps_per_call": args.steps, "calls": args.calls}
-        wall_config = {**base, "top_ops_ms": dict(top), "flops_per_step": flops, "gflops": flops["total"] / wall_ms / 1e6}
-        records.append(common.record(f"profile-{cfg.name}/wall", wall_config, [wall_ms * 1e-3], compile_s))
-        for kind, ms in by_kind.items():
-            extra = matmul if kind == "matmul" else {}
-            records.append(common.record(f"profile-{cfg.name}/{kind}", {**base, "traced": True, **extra}, [ms * 1e-3], compile_s))
-        print(f"{cfg.name}: wall {wall_ms:.3f} ms/step, {flops['total'] / 1e6:.1f} MFLOP, "
-              f"{wall_config['gflops']:.1f} GFLOP/s; " + ", ".join(f"{k} {v:.3f}" for k, v in by_kind.items())
-              + f"; products {matmul['gflops']:.1f} GFLOP/s")
+        name = f"profile-{cfg.name}" + (f"-devices{args.devices}" if args.devices > 1 else "")
+        base = {**cfg.to_dict(), "steps_per_call": args.steps, "calls": args.calls, "devices": args.devices}
+        wall_config = {**base, "top_ops_ms": dict(prof.top), "busy_ms_by_thread": prof.busy_ms_by_thread,
+                       "flops_per_step": flops, "gflops": flops["total"] / prof.wall_ms / 1e6}
+        records.append(common.record(f"{name}/wall", wall_config, [prof.wall_ms * 1e-3], prof.compile_s))
+        for kind, ms in prof.by_kind.items():
+            if kind == "collective" and args.devices == 1:
+                continue  # one device gathers nothing
+            extra = prof.matmul if kind == "matmul" else {}
+            records.append(common.record(f"{name}/{kind}", {**base, "traced": True, **extra}, [ms * 1e-3], prof.compile_s))
+        print(f"{name}: wall {prof.wall_ms:.3f} ms/step, {flops['total'] / 1e6:.1f} MFLOP, "
+              f"{wall_config['gflops']:.1f} GFLOP/s; threads busy " + ", ".join(f"{v:.3f}" for v in prof.busy_ms_by_thread)
+              + "; " + ", ".join(f"{k} {v:.3f}" for k, v in prof.by_kind.items())
+              + f"; products {prof.matmul['gflops']:.1f} GFLOP/s")
     compile_s, times = gemm_rate(args.gemm, 5)
     gflops = 2.0 * args.gemm**3 / statistics.median(times) / 1e9
     records.append(common.record(f"profile-gemm-{args.gemm}", {"n": args.gemm, "dtype": "float32", "gflops": gflops}, times, compile_s))

@@ -67,6 +67,10 @@ def _config_note(r: dict) -> str:
         return note
     if "top_ops_ms" in c:
         note = "top ops: " + ", ".join(f"{k} {v:.3f}" for k, v in list(c["top_ops_ms"].items())[:3])
+        if c.get("busy_ms_by_thread"):
+            note += "; compute threads busy " + ", ".join(f"{v:.2f}" for v in c["busy_ms_by_thread"]) + " ms per step"
+        if c.get("devices", 1) > 1:
+            note += f"; particles split over {c['devices']} devices"
         if "flops_per_step" in c:
             f = c["flops_per_step"]
             note += (f"; {f['total'] / 1e6:.1f} MFLOP per step (clients {f['clients'] / 1e6:.1f}, coordinator "

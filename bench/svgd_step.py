@@ -103,7 +103,10 @@ def ours_program(cfg, steps, devices: int = 1):
     config, learner, buffers, state = _setup(cfg, steps, devices)
     # the round as the loop runs it (pacd_jax.loop): the coordinator's record of non-finite
     # gradients comes back as an output, with no host callback inside the program
-    learn = jax.jit(methods.pacd(config, cfg.dim).learn_checked)
+    method = methods.pacd(config, cfg.dim)
+    if method.placement is not None:  # on the devices' mesh, as pacd_jax.loop places a round's state
+        state = method.placement(state)
+    learn = jax.jit(method.learn_checked)
     return learn, (state, buffers, jnp.asarray(1, jnp.int32))
 
 

@@ -100,13 +100,16 @@ def test_full_run_table_estimate_sums_its_cells(tmp_path):
     assert total["median_ms"] == pytest.approx(sum(r["median_ms"] for r in cells))
 
 
-def test_profile_step_quick_sums_time_by_kind_and_counts_flops(tmp_path):
-    records = _run_script("profile_step", ["--quick"], tmp_path)
+@pytest.mark.parametrize("devices", [1, 2])
+def test_profile_step_quick_sums_time_by_kind_and_counts_flops(tmp_path, devices):
+    records = _run_script("profile_step", ["--quick", "--devices", str(devices)], tmp_path)
     _check_records(records)
-    kinds = ["wall", "matmul", "lapack", "elementwise", "layout", "other"]
-    assert [r["name"] for r in records] == [f"profile-anchor-5x20x1d/{k}" for k in kinds] + ["profile-gemm-256"]
+    # the split round gathers the clients' messages from both devices; one device has nothing to gather
+    kinds = ["wall", "matmul", "lapack", "elementwise", "layout"] + (["collective"] if devices == 2 else []) + ["other"]
+    name = "profile-anchor-5x20x1d" + ("-devices2" if devices == 2 else "")
+    assert [r["name"] for r in records] == [f"{name}/{k}" for k in kinds] + ["profile-gemm-256"]
     wall, matmul, gemm = records[0]["config"], records[1]["config"], records[-1]
-    assert wall["top_ops_ms"] and sum(r["median_ms"] for r in records[1:6]) > 0
+    assert wall["top_ops_ms"] and wall["devices"] == devices and wall["busy_ms_by_thread"]
     flops = wall["flops_per_step"]
     assert flops["total"] == pytest.approx(flops["clients"] + flops["coordinator"])
     assert flops["clients"] > flops["coordinator"] > 0
