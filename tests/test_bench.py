@@ -120,11 +120,11 @@ def test_profile_step_quick_sums_time_by_kind_and_counts_flops(tmp_path, devices
     assert gemm["config"]["gflops"] == pytest.approx(2 * 256**3 / gemm["median_ms"] / 1e6)
 
 
-def test_dot_flops_equals_xla_cost_analysis_of_a_program_of_products():
+def test_dot_flops_equals_xla_cost_analysis_of_a_program_of_products(monkeypatch):
     import jax
     import jax.numpy as jnp
 
-    sys.path.insert(0, str(ROOT / "bench"))
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
     import profile_step
 
     def products(a, b, c, d):
@@ -137,7 +137,7 @@ def test_dot_flops_equals_xla_cost_analysis_of_a_program_of_products():
     assert sorted(counted.values()) == sorted([2.0 * 3 * 4 * 6 * 5, 2.0 * 7 * 2 * 8, 2.0 * 8 * 8 * 7])
     # XLA's own count of the products, an independent oracle (the sums add their few flops)
     reductions = 3 * 4 * 6 + 7 * 2 + 8 * 8 + 2
-    assert sum(counted.values()) == pytest.approx(profile_step._flops(compiled) - reductions, rel=0.02)
+    assert sum(counted.values()) == pytest.approx(profile_step._flops(compiled) - reductions, rel=0.005)
 
 
 def test_dlg_loss_quick_writes_records_with_both_baselines(tmp_path):
