@@ -10,6 +10,7 @@ Produces the ``attack.json`` document of DESIGN.md section 9.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import time
 from pathlib import Path
 
@@ -185,7 +186,7 @@ def follow_entries(
     model, records, truths, config: pursuit.PursuitConfig, key, rng: np.random.Generator | int, report=None, on_round=None,
     pad: int = FOLLOW_PAD, accept: float = FOLLOW_ACCEPT, retries: int = FOLLOW_RETRIES,
     accept_growth: float = FOLLOW_ACCEPT_GROWTH, start=None, elapsed: float = 0.0, reference: float = float("inf"),
-    repairs: int = 0, repair_bar: float = 1e-28, repair_candidates: int = 4,
+    repairs: int = 0, repair_bar: float = 1e-28, repair_candidates: int = 4, on_progress=None,
 ) -> list[dict]:
     """Follow consecutive records with :func:`pacd_jax.pursuit.pursuit_follow` (float64) and score them.
 
@@ -199,6 +200,10 @@ def follow_entries(
         reference: the resumed round's ``reference`` (the next round's bar; ``inf``: unknown).
         repairs, repair_bar, repair_candidates: revisiting earlier points
             (:func:`pacd_jax.pursuit.pursuit_follow`; ``repairs=0``: off).
+        on_progress: ``on_progress(step, elapsed, entries)`` after every followed
+            round (scored or not): its :class:`pacd_jax.pursuit.FollowStep`,
+            the attacker's time so far and the entries scored so far (what
+            saving the follow to resume it later needs).
 
     Returns:
         ``attack.json`` entries as :func:`attack_record`'s for the pursuit
@@ -213,6 +218,8 @@ def follow_entries(
         score(s.round, res.X, res.loss, s.time_s, restart_losses=[float(res.loss)],
               stages=[[name, value] for name, value in res.history], swaps=int(res.swaps), reference=s.reference,
               confirmed=s.confirmed)
+        if on_progress is not None:
+            on_progress(s, score.total, score.entries)
 
     with jax.enable_x64(True):
         pursuit.pursuit_follow(model, _float64_records(records), key, config, pad=pad, accept=accept, retries=retries,
@@ -233,6 +240,8 @@ def run_leakage(
     on_run=None,
     progressive: attack.ProgressiveConfig | None = None,
     follow: bool = False,
+    resume: dict | None = None,
+    on_progress=None,
 ) -> dict:
     """Run, intercept and attack; returns the ``attack.json`` document for one seed.
 
@@ -250,7 +259,17 @@ def run_leakage(
         follow: with a :class:`pacd_jax.pursuit.PursuitConfig`, follow the
             target as ``progressive`` does, with the pursuit attack
             (:func:`pacd_jax.pursuit.pursuit_follow`).
+        on_progress: with ``follow``, ``on_progress(state)`` after every
+            followed round, ``state`` a JSON-able dict (:func:`follow_progress`)
+            from which ``resume=state`` continues an interrupted follow.
+        resume: with ``follow``, a saved ``state`` of the same run: the run is
+            repeated (it is deterministic; the saved round's intercepted
+            message is checked against its digest, and every saved entry's
+            true points against the rerun's) and the follow goes on after the
+            saved round, with the same result as an uninterrupted follow.
     """
+    if (resume is not None or on_progress is not None) and not follow:
+        raise ValueError("resume and on_progress are for follow=True")
     rounds = tuple(int(t) for t in rounds)
     if follow and not isinstance(attack_config, pursuit.PursuitConfig):
         raise ValueError("follow=True needs a pursuit.PursuitConfig")
@@ -280,7 +299,7 @@ def run_leakage(
     if progressive is not None:
         out = progressive_entries(model, records, truths, progressive, jax.random.key(seed), rng, report, on_round)
     elif follow:
-        out = follow_entries(model, records, truths, attack_config, jax.random.key(seed), rng, report, on_round)
+        out = _follow_resumable(model, records, truths, attack_config, seed, rng, report, on_round, resume, on_progress)
     for rec, truth in zip(records, truths) if not following else ():
         key = jax.random.fold_in(jax.random.key(seed), rec.round)
         entry = attack_record(model, rec, truth, attack_config, key, rng)
@@ -318,7 +337,61 @@ def run_leakage(
         "run_time_s": run_time,
         "config": config.to_dict(),
         "rounds": out,
+        **({"resumed_after_round": int(resume["round"])} if resume is not None else {}),
     }
+
+
+class ResumeError(ValueError):
+    """A saved follow state that does not fit the repeated run (:func:`run_leakage`'s ``resume``)."""
+
+
+def message_digest(record) -> str:
+    """SHA-256 of an intercepted record's particles and message in float64 (a resumed follow's check that the
+    repeated run intercepted the same message)."""
+    h = hashlib.sha256()
+    for a in (record.particles, record.grads):
+        h.update(np.ascontiguousarray(np.asarray(a, np.float64)).tobytes())
+    return h.hexdigest()
+
+
+def follow_progress(step, elapsed: float, entries, rng: np.random.Generator, record) -> dict:
+    """The JSON-able state of a follow after ``step`` (:class:`pacd_jax.pursuit.FollowStep`), to resume it from.
+
+    ``carried`` are the unclipped points the next round starts from,
+    ``reference`` its bar's base (None: infinite), ``rng_state`` the
+    baselines' generator after this round (so a resumed run draws the same
+    baselines), ``digest`` the :func:`message_digest` of this round's record.
+    """
+    ref = float(step.reference)
+    return {"round": int(step.round), "carried": np.asarray(step.carried, np.float64).tolist(),
+            "reference": ref if np.isfinite(ref) else None, "elapsed": float(elapsed), "entries": list(entries),
+            "rng_state": rng.bit_generator.state, "digest": message_digest(record)}
+
+
+def _follow_resumable(model, records, truths, config, seed: int, rng: np.random.Generator, report, on_round, resume, on_progress):
+    """:func:`follow_entries` over the run's records, optionally resumed from a :func:`follow_progress` state."""
+    index = {int(rec.round): i for i, rec in enumerate(records)}
+    earlier, start, elapsed, reference, first = [], None, 0.0, float("inf"), 0
+    if resume is not None:
+        r = int(resume["round"])
+        if r not in index:
+            raise ResumeError(f"cannot resume after round {r}: the run follows rounds {records[0].round}..{records[-1].round}")
+        if message_digest(records[index[r]]) != resume["digest"]:
+            raise ResumeError(f"cannot resume after round {r}: the repeated run intercepted a different message "
+                             "(not the same run, or not reproducible on this machine)")
+        for e in resume["entries"]:
+            if int(e["round"]) not in index or not np.array_equal(np.asarray(e["X_true"]), np.asarray(truths[index[int(e["round"])]].X)):
+                raise ResumeError(f"cannot resume: the saved round {e['round']}'s true points differ from the repeated run's")
+        rng.bit_generator.state = resume["rng_state"]
+        earlier, first = list(resume["entries"]), index[r] + 1
+        start, elapsed = np.asarray(resume["carried"], np.float64), float(resume["elapsed"])
+        reference = float("inf") if resume["reference"] is None else float(resume["reference"])
+    progress = None
+    if on_progress is not None:
+        def progress(step, total, entries):
+            on_progress(follow_progress(step, total, earlier + list(entries), rng, records[index[int(step.round)]]))
+    return earlier + follow_entries(model, records[first:], truths[first:], config, jax.random.key(seed), rng, report, on_round,
+                                    start=start, elapsed=elapsed, reference=reference, on_progress=progress)
 
 
 def progressive_options(p: attack.ProgressiveConfig) -> dict:

@@ -208,13 +208,16 @@ def cell_key(config, target: int, rounds, attack_config, follow: bool = False) -
 
 
 def run_cell(config, target: int, rounds, attack_config, task_factory=None, on_step=None, on_bo_round=None,
-             follow: bool = False) -> dict:
+             follow: bool = False, resume: dict | None = None, on_progress=None) -> dict:
     """Run, intercept and attack one seed at one sigma (``config.seeds == (seed,)``); the cell's result.
 
     ``on_step()`` is called once per scored round, ``on_bo_round(done, total)`` after each BO round.
     ``follow``: the pursuit attacker follows the target through every round
     from ``min(rounds)`` to ``max(rounds)`` (:func:`pacd_jax.pursuit.pursuit_follow`)
-    and the listed rounds are scored.
+    and the listed rounds are scored. With ``follow``, ``on_progress(state)``
+    after every followed round gives a state that ``resume=state`` continues
+    from (:func:`pacd_jax.leakage.run_leakage`; ``state["wall_time_s"]`` is the
+    cell's wall time so far, carried into the resumed cell's).
     """
     from pacd_jax import experiment, leakage, loop
 
@@ -224,9 +227,14 @@ def run_cell(config, target: int, rounds, attack_config, task_factory=None, on_s
         box["results"] = results
 
     start = time.perf_counter()
+    before = float(resume.get("wall_time_s", 0.0)) if resume is not None else 0.0
+    progress = None
+    if on_progress is not None:
+        def progress(state):
+            on_progress({**state, "wall_time_s": before + time.perf_counter() - start})
     doc = leakage.run_leakage(config, target, rounds, attack_config, task_factory,
                               on_round=(lambda e: on_step()) if on_step is not None else None,
-                              on_bo_round=on_bo_round, on_run=on_run, follow=follow)
+                              on_bo_round=on_bo_round, on_run=on_run, follow=follow, resume=resume, on_progress=progress)
     res = box["results"]
     (fam,) = experiment.build_families(config, task_factory)
     problem, _ = loop.problem_from_family(fam, config.iters, config.init_points, config.noise_std)
@@ -250,12 +258,18 @@ def run_cell(config, target: int, rounds, attack_config, task_factory=None, on_s
         "clients": [{k: c[k] for k in ("client", "regret", "final_regret", "auc")} for c in clients],
         "rounds": entries,
         "run_time_s": doc["run_time_s"],
-        "wall_time_s": time.perf_counter() - start,
+        "wall_time_s": before + time.perf_counter() - start,
+        **({"resumed_after_round": doc["resumed_after_round"]} if "resumed_after_round" in doc else {}),
     }
 
 
 def _cell_path(out: Path, sigma: float, seed: int) -> Path:
     return out / "cells" / f"sigma={sigma:g}_seed={seed}.json"
+
+
+def _progress_path(out: Path, sigma: float, seed: int) -> Path:
+    """Where a follow cell keeps its progress until it is finished (to resume an interrupted cell)."""
+    return out / "cells" / f"sigma={sigma:g}_seed={seed}.progress.json"
 
 
 def _decoy_path(out: Path, sigma: float) -> Path:
@@ -277,6 +291,19 @@ def with_decoys(cell: dict, trajectories) -> dict:
 
     return {**cell, "rounds": [{**e, "decoy": decoys.band(e.get("X_rec"), e.get("matched_rmse"), trajectories, int(e["m"]), BAND_Q)}
                                for e in cell["rounds"]]}
+
+
+def load_progress(path: Path, key: dict) -> dict | None:
+    """The saved progress of an unfinished follow cell at ``path`` if its key equals ``key`` (else None: start afresh)."""
+    from pacd_jax import io
+
+    try:
+        doc = io.read_json(path)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(doc.get("progress"), dict):
+        return None
+    return doc["progress"]
 
 
 def load_cell(path: Path, key: dict) -> dict | None:
@@ -305,7 +332,7 @@ def sweep(base, sigmas, seeds, target: int, rounds, attack_config, out, operatin
     kept in ``out/decoys``) and score every attack against its decoy band; 0: none.
     """
     from pacd_jax import decoys as decoys_mod
-    from pacd_jax import io, progress
+    from pacd_jax import io, leakage, progress
 
     out = Path(out)
     start = time.perf_counter()
@@ -322,9 +349,26 @@ def sweep(base, sigmas, seeds, target: int, rounds, attack_config, out, operatin
             result = load_cell(path, key)
             if result is None:
                 bar.set_description(f"sigma={sigma:g} seed={seed}")
-                result = run_cell(config, target, rounds, attack_config, task_factory, on_step=lambda: bar.update(1),
-                                  on_bo_round=lambda done, total: bar.update(1), follow=follow)
+                saving = resume = None
+                if follow:  # a follow cell takes hours: keep its progress after every round and resume from it
+                    ppath = _progress_path(out, sigma, seed)
+                    resume = load_progress(ppath, key)
+                    if resume is not None and not quiet:
+                        log(f"sigma {sigma:g} seed {seed}: resuming the follow after round {resume['round']} "
+                            f"({ppath}; the run is repeated first)")
+
+                    def saving(state, ppath=ppath, key=key):
+                        io.write_json(ppath, {"key": key, "progress": state})
+                    if resume is not None:
+                        bar.update(len(resume["entries"]))
+                try:
+                    result = run_cell(config, target, rounds, attack_config, task_factory, on_step=lambda: bar.update(1),
+                                      on_bo_round=lambda done, total: bar.update(1), follow=follow, resume=resume, on_progress=saving)
+                except leakage.ResumeError as err:
+                    raise ValueError(f"{_progress_path(out, sigma, seed)}: {err}; delete it to start this cell over") from None
                 io.write_json(path, {"key": key, "result": result})
+                if follow:
+                    _progress_path(out, sigma, seed).unlink(missing_ok=True)
                 if not quiet:
                     ratios = " ".join(f"t={e['round']}:{e['rmse_ratio']:.2f}" if e.get("rmse_ratio") is not None else f"t={e['round']}:err"
                                       for e in result["rounds"])

@@ -822,7 +822,10 @@ class FollowStep(NamedTuple):
 
     ``reference``: the residual the next round is measured against (its
     bar is ``max(accept, accept_growth * reference)``); ``confirmed``: this
-    round's retries found no rival for its new point.
+    round's retries found no rival for its new point; ``carried``: the points
+    the next round starts from (unclipped: ``result.X`` is clipped to the
+    box), so ``pursuit_follow(start=carried, reference=reference)`` on the
+    later records continues exactly as an uninterrupted follow.
     """
 
     round: int
@@ -830,6 +833,7 @@ class FollowStep(NamedTuple):
     time_s: float
     reference: float = float("nan")
     confirmed: bool = False
+    carried: np.ndarray | None = None
 
 
 def pursuit_follow(
@@ -960,7 +964,9 @@ def pursuit_follow(
             ranked 19th by the exact scores).
         start: ``(m0, d)`` points (unit box) known before the first record,
             e.g. a saved reconstruction to resume from; the first record is
-            then followed from them instead of attacked from scratch.
+            then followed from them instead of attacked from scratch (a
+            saved round's :attr:`FollowStep.carried` continues the follow
+            exactly; its clipped ``result.X`` does not where points left the box).
         reference: with ``start``, the saved round's :attr:`FollowStep.reference`
             (the first record's bar is then as in an uninterrupted run; ``inf``:
             ``accept``).
@@ -1090,7 +1096,8 @@ def pursuit_follow(
         # the bar for the next rounds, while a genuine rise of the truth's own residual is caught up with)
         loss_ref = min(loss, good) if np.isfinite(loss_prev) and not confirmed else loss
         z_prev, m_prev, loss_prev = z[np.flatnonzero(np.asarray(active) > 0)], m, loss_ref
-        step = FollowStep(int(rec.round), _result(msg, z, active, loss, history, kept), time.perf_counter() - t0, float(loss_ref), confirmed)
+        step = FollowStep(int(rec.round), _result(msg, z, active, loss, history, kept), time.perf_counter() - t0, float(loss_ref), confirmed,
+                          np.asarray(z_prev, np.float64))
         out.append(step)
         if on_step is not None:
             on_step(step)

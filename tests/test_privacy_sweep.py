@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -333,3 +334,58 @@ def test_decoy_round_script_with_the_sweeps_decoy_seeds_gives_the_sweeps_band(sw
     np.testing.assert_allclose(attack["decoy_band"], entry["decoy"]["matched_rmse"], atol=1e-6)
     assert attack["p_value"] == entry["decoy"]["p_value"] and attack["verdict"] == entry["decoy"]["verdict"]
     assert mod.main([str(out), "--sigma", "7", "--round", "1", "--out", str(tmp_path / "x.json")]) == 2
+
+
+@pytest.mark.heavy  # three follow cells
+def test_an_interrupted_follow_cell_resumes_from_its_saved_progress_with_the_same_result(tmp_path, monkeypatch, capsys):
+    """A follow cell saves its state after every followed round; a rerun of the sweep resumes from the saved state
+    (repeating the run, checking the message digest) and ends with the uninterrupted cell's scores and reconstructions;
+    a state that does not fit the run is refused with one line, naming the file to delete."""
+    from pacd_jax import io
+
+    saved = []
+    real = io.write_json
+
+    def spy(path, doc):
+        if str(path).endswith(".progress.json"):
+            saved.append((Path(path).name, json.loads(json.dumps(doc))))
+        real(path, doc)
+
+    monkeypatch.setattr(io, "write_json", spy)
+    opts = ["privacy", *RUN, "--iters", "4", "--seeds", "0", "--rounds", "0,3", "--clip", "2.5", "--quiet", "--sigmas", "4", "--operating-sigma", "4",
+            "--decoys", "0", "--attack-mode", "pursuit-follow", "--pursuit-candidates", "64", "--pursuit-faces", "8",
+            "--pursuit-grow-steps", "2", "--pursuit-final-steps", "3", "--pursuit-swaps", "0", "--pursuit-search-particles", "0"]
+    whole = tmp_path / "whole"
+    assert cli.main([*opts, "--out", str(whole)]) == 0
+    # one state per followed round 0..3, each with the rounds scored so far; none left once the cell is written
+    assert [(name, doc["progress"]["round"]) for name, doc in saved] == [("sigma=4_seed=0.progress.json", t) for t in range(4)]
+    assert [[e["round"] for e in doc["progress"]["entries"]] for _, doc in saved] == [[0], [0], [0], [0, 3]]
+    assert not list((whole / "cells").glob("*.progress.json"))
+    (uninterrupted,) = json.loads((whole / "privacy.json").read_text())["sigmas"]["4"]["per_seed"]
+
+    resumed_dir = tmp_path / "resumed"
+    (resumed_dir / "cells").mkdir(parents=True)
+    name, state = saved[1]  # interrupted after round 1: round 0 scored, rounds 2 and 3 still to follow
+    (resumed_dir / "cells" / name).write_text(json.dumps(state))
+    saved.clear()
+    assert cli.main([*opts, "--out", str(resumed_dir)]) == 0
+    assert [doc["progress"]["round"] for _, doc in saved] == [2, 3]  # only the rest was followed
+    (resumed,) = json.loads((resumed_dir / "privacy.json").read_text())["sigmas"]["4"]["per_seed"]
+    assert resumed["resumed_after_round"] == 1 and "resumed_after_round" not in uninterrupted
+    timing = {"time_s", "cumulative_time_s"}
+    for a, b in zip(uninterrupted["rounds"], resumed["rounds"], strict=True):
+        assert {k: v for k, v in a.items() if k not in timing} == {k: v for k, v in b.items() if k not in timing}
+    assert resumed["rounds"][1]["cumulative_time_s"] > state["progress"]["elapsed"]
+    assert resumed["final_regret"] == uninterrupted["final_regret"]
+    assert not list((resumed_dir / "cells").glob("*.progress.json"))
+
+    bad_dir = tmp_path / "bad"
+    (bad_dir / "cells").mkdir(parents=True)
+    state["progress"]["digest"] = "0" * 64
+    (bad_dir / "cells" / name).write_text(json.dumps(state))
+    capsys.readouterr()
+    assert cli.main([*opts, "--out", str(bad_dir)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "sigma=4_seed=0.progress.json: cannot resume after round 1: the repeated run intercepted a different message" in err
+    assert "delete it to start this cell over" in err and not (bad_dir / "cells" / "sigma=4_seed=0.json").exists()

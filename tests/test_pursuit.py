@@ -158,13 +158,23 @@ def test_follow_recovers_every_round_of_a_growing_data_set():
     """The attacker follows rounds of 3, 4, 5 and 7 points (the last adds two);
     every round's reconstruction is the truth to 1e-4. Padding to 4 rows
     gives buffers of 4, 8, 8 and 8 rows: every round has a free slot for
-    the exchanges."""
+    the exchanges. ``FollowStep.carried`` and ``reference`` are the whole
+    state between rounds: continuing from round 1's gives rounds 2-3 exactly
+    as the follow that never stopped."""
     with jax.enable_x64(True):
         model, records, truths = _growing_records([3, 4, 5, 7])
         cfg = pursuit.PursuitConfig(candidates=1024, shortlist=64, swaps=12, exchange_steps=50, search_particles=None,
                                     converged_rtol=1e-6)
         seen = []
         steps = pursuit.pursuit_follow(model, records, jax.random.key(0), cfg, pad=4, on_step=seen.append)
+        rest = pursuit.pursuit_follow(model, records[2:], jax.random.key(0), cfg, pad=4, start=steps[1].carried,
+                                      reference=steps[1].reference)
+    for a, b in zip(steps[2:], rest, strict=True):
+        assert a.round == b.round and a.reference == b.reference and a.result.loss == b.result.loss
+        np.testing.assert_array_equal(a.result.X, b.result.X)
+        np.testing.assert_array_equal(a.carried, b.carried)
+    # the carried points are the unclipped ones the next round starts from; the result is them clipped to the box
+    np.testing.assert_array_equal(steps[1].result.X, np.clip(steps[1].carried, 0.0, 1.0))
     assert [s.round for s in steps] == [0, 1, 2, 3] and seen == steps
     for s, X in zip(steps, truths):
         assert s.result.X.shape == X.shape and s.result.y.shape == (len(X),)

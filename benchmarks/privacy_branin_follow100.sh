@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The follow attacker against DP over the paper's whole run (README "Differential privacy"; issue 7's
+# check at the paper's attacked rounds, DESIGN.md section 7): Branin, 100 rounds, the coordinator
+# following target client 0 from round 1 to 99 and scored at rounds 1, 5, 20, 40, 60, 80 and 99, the
+# operating sigma 8 against no DP, seeds 0 and 1, BO in float64 (the attack is float64 either way).
+# A cell takes hours here (the 40-round cells took 30-40 min, and a round costs more as the data
+# grow), so every cell keeps its progress after each followed round in
+# $OUT/cells/sigma=S_seed=N.progress.json: stopping this script (or the machine) loses at most one
+# round, and rerunning it resumes each unfinished cell (the BO run is repeated first and checked
+# against the saved round's message digest). Two single-threaded processes fill the cells side by
+# side, sigma 8 first; the last call reuses them all, runs the 40 decoy runs per sigma for the decoy
+# band, writes the aggregate with its command, commit and machine, and puts the table in README.md
+# between the privacy-sweep-follow100 markers.
+# Run from the repository root:  bash benchmarks/privacy_branin_follow100.sh
+set -euo pipefail
+export XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" OMP_NUM_THREADS=1
+PY=${PYTHON:-python}
+OUT=benchmarks/results/privacy_branin_follow100
+COMMON=(--attack-mode pursuit-follow --operating-sigma 8 --benchmark branin --iters 100
+        --rounds 1,5,20,40,60,80,99 --clip 22.14 --x64 --quiet --out "$OUT")
+for SIGMA in 8 0; do
+    "$PY" -m pacd_jax.cli privacy --sigmas "$SIGMA" --seeds 0 --decoys 0 "${COMMON[@]}" &
+    A=$!
+    "$PY" -m pacd_jax.cli privacy --sigmas "$SIGMA" --seeds 1 --decoys 0 "${COMMON[@]}" &
+    B=$!
+    wait "$A"
+    wait "$B"
+done
+"$PY" -m pacd_jax.cli privacy --sigmas 0,8 --seeds 0,1 "${COMMON[@]}"
+"$PY" benchmarks/privacy_readme.py "$OUT" privacy-sweep-follow100
