@@ -72,7 +72,8 @@ def band(X_rec, rmse: float | None, decoys, m: int, q=(0.05, 0.95)) -> dict:
         m: the target's number of points at the attacked round.
 
     Returns:
-        ``{"matched_rmse": [lo, hi], "p_value", "verdict", "draws"}``; the
+        ``{"matched_rmse": [lo, hi], "p_value", "p_above", "verdict", "draws"}``
+        (``p_above``: the same rank p-value for "at least as far"); the
         verdict is ``below`` (leakage), ``within``, ``above`` or ``error``
         (no reconstruction: band and p-value None; no score: p-value None).
     """
@@ -86,5 +87,6 @@ def band(X_rec, rmse: float | None, decoys, m: int, q=(0.05, 0.95)) -> dict:
     if rmse is None:
         return {"matched_rmse": [lo, hi], "p_value": None, "verdict": "error", "draws": int(null.size)}
     p = (1.0 + float(np.sum(null <= rmse))) / (null.size + 1.0)
+    p_above = (1.0 + float(np.sum(null >= rmse))) / (null.size + 1.0)
     verdict = "below" if rmse < lo else ("within" if rmse <= hi else "above")
-    return {"matched_rmse": [lo, hi], "p_value": p, "verdict": verdict, "draws": int(null.size)}
+    return {"matched_rmse": [lo, hi], "p_value": p, "p_above": p_above, "verdict": verdict, "draws": int(null.size)}

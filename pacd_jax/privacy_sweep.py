@@ -42,6 +42,11 @@ DELTA = 1e-5
 BAND_DRAWS = 200
 #: the band's quantiles.
 BAND_Q = (0.05, 0.95)
+#: the family-wise reading (:func:`family_reading`): per sigma, the attacks of a message that carries no
+#: information all fall within the family-wise band with probability at least 1 - FAMILY_ALPHA.
+FAMILY_ALPHA = 0.10
+#: uniform guesses per attack for its rank p-values in the family-wise reading.
+FAMILY_DRAWS = 2000
 #: decoy runs per sigma for the decoy band (``--decoys``).
 DEFAULT_DECOYS = 40
 #: the set scores the sweep aggregates (and draws in Figure 4 right).
@@ -89,6 +94,90 @@ def guess_band(X_true, rng: np.random.Generator, draws: int = BAND_DRAWS, q=BAND
         for k in SCORES:
             vals[k].append(s[k])
     return {k: [float(np.quantile(v, q[0])), float(np.quantile(v, q[1]))] for k, v in vals.items()}
+
+
+def guess_p_values(X_true, rmse: float, rng: np.random.Generator, draws: int = FAMILY_DRAWS) -> tuple[float, float]:
+    """Rank p-values of the matched RMSE ``rmse`` among ``draws`` uniform guesses of as many points as ``X_true``.
+
+    Returns ``(below, above)``: ``(1 + #guesses at least as close) / (draws + 1)``,
+    small when the attack beats guessing, and ``(1 + #guesses at least as far) / (draws + 1)``.
+    Each is a valid p-value when the reconstruction's score is exchangeable with
+    a guess's (no information, and no habit of its own that a uniform guess
+    lacks: the decoys' reading covers that case).
+    """
+    from pacd_jax import metrics
+
+    X_true = np.asarray(X_true, np.float64)
+    n, d = X_true.shape
+    null = np.asarray([metrics.matched_rmse(rng.uniform(size=(n, d)), X_true) for _ in range(draws)])
+    return (1.0 + float(np.sum(null <= rmse))) / (draws + 1.0), (1.0 + float(np.sum(null >= rmse))) / (draws + 1.0)
+
+
+def family_verdict(p_below: float | None, p_above: float | None, level: float) -> str:
+    """``below`` / ``above`` when that tail's p-value is at most ``level``, else ``within``; ``error`` without a score."""
+    if p_below is None or p_above is None:
+        return "error"
+    if p_below <= level:
+        return "below"
+    return "above" if p_above <= level else "within"
+
+
+def family_reading(cells: list[dict], alpha: float = FAMILY_ALPHA, draws: int = FAMILY_DRAWS) -> tuple[list[dict], dict]:
+    """The family-wise reading of one sigma's attacks: "within the band at every attacked round" as a test.
+
+    A 5-95 % band holds each attack of a message with no information one time
+    in ten, so with n attacks "all within" fails by chance with probability
+    1 - 0.9**n. Here each (seed, round) attack gets its two rank p-values
+    against ``draws`` uniform guesses (:func:`guess_p_values`; the generator
+    is seeded by seed and round, so a rerun gives the same) and is ``below``
+    or ``above`` when one of them is at most ``alpha / (2 n)``, n the sigma's
+    scored attacks (Bonferroni over the attacks and both tails): with no
+    information all n are ``within`` with probability at least ``1 - alpha``.
+    Where the cells were scored against decoys (:func:`with_decoys`), the
+    decoy p-values are read at the same level; with D decoys the smallest
+    p-value is 1 / (D + 1), so the decoy reading can say ``below`` only if
+    that is at most the level (``"resolvable"``).
+
+    Returns the cells with ``"family": {"p_below", "p_above", "verdict"}`` added to
+    each attacked round (and ``"family_verdict"`` to its ``"decoy"``), and the
+    summary ``{"alpha", "attacks", "level", "draws", "counts", "within_every_round",
+    "below_every_round", "decoy"}`` (``"decoy"``: None without decoys, else
+    ``{"draws", "resolvable", "counts", "within_every_round", "below_every_round"}``).
+    """
+    scored = sum(1 for c in cells for e in c["rounds"] if e.get("matched_rmse") is not None)
+    level = alpha / (2 * max(scored, 1))
+    out = []
+    for c in cells:
+        entries = []
+        for e in c["rounds"]:
+            rmse = e.get("matched_rmse")
+            if rmse is None:
+                fam = {"p_below": None, "p_above": None, "verdict": "error"}
+            else:
+                lo, hi = guess_p_values(e["X_true"], rmse, np.random.default_rng([int(c["seed"]), int(e["round"]), 13]), draws)
+                fam = {"p_below": lo, "p_above": hi, "verdict": family_verdict(lo, hi, level)}
+            e = {**e, "family": fam}
+            if "decoy" in e:
+                dec = e["decoy"]
+                e["decoy"] = {**dec, "family_verdict": family_verdict(dec.get("p_value"), dec.get("p_above"), level)}
+            entries.append(e)
+        out.append({**c, "rounds": entries})
+
+    def counts(verdicts):
+        return {v: verdicts.count(v) for v in ("below", "within", "above", "error")}
+
+    verdicts = [e["family"]["verdict"] for c in out for e in c["rounds"]]
+    summary = {"alpha": alpha, "attacks": scored, "level": level, "draws": draws, "counts": counts(verdicts),
+               "within_every_round": bool(verdicts) and all(v == "within" for v in verdicts),
+               "below_every_round": bool(verdicts) and all(v == "below" for v in verdicts), "decoy": None}
+    decoy_entries = [e["decoy"] for c in out for e in c["rounds"] if "decoy" in e]
+    if decoy_entries:
+        dv = [d["family_verdict"] for d in decoy_entries]
+        n_decoys = min(int(d["draws"]) for d in decoy_entries)
+        summary["decoy"] = {"draws": n_decoys, "resolvable": 1.0 / (n_decoys + 1.0) <= level, "counts": counts(dv),
+                            "within_every_round": all(v == "within" for v in dv),
+                            "below_every_round": all(v == "below" for v in dv)}
+    return out, summary
 
 
 def _stats(values) -> dict | None:
@@ -139,6 +228,8 @@ def aggregate(cells: list[dict], rounds) -> dict:
         agg["edge_fraction_true"] = _stats([edge_fraction(e.get("X_true")) for e in entries])
         agg["edge_fraction_rec"] = _stats([edge_fraction(e.get("X_rec")) for e in entries])
         agg["verdicts"] = [e["verdict"] for e in entries]
+        if all("family" in e for e in entries):
+            agg["family_verdicts"] = [e["family"]["verdict"] for e in entries]
         if all("decoy" in e for e in entries):
             ends = [[e["decoy"]["matched_rmse"][j] for e in entries if e["decoy"]["matched_rmse"][j] is not None] for j in (0, 1)]
             agg["decoy_band"] = {"matched_rmse": [float(np.mean(v)) if v else None for v in ends]}
@@ -429,8 +520,10 @@ def sweep_document(base, sigmas, seeds, target, rounds, attack_config, operating
     for sigma in sigmas:
         config = base.replace(dp_sigma=float(sigma))
         entry = {"sigma": float(sigma), "noise_std": 2.0 * float(sigma) * base.dp_clip, "epsilon": epsilon_entry(config)}
-        entry.update(aggregate(cells[float(sigma)], rounds))
-        entry["per_seed"] = cells[float(sigma)]
+        per_seed, family = family_reading(cells[float(sigma)])
+        entry.update(aggregate(per_seed, rounds))
+        entry["family"] = family
+        entry["per_seed"] = per_seed
         out[f"{float(sigma):g}"] = entry
     return {
         "benchmark": base.benchmark,
@@ -443,6 +536,8 @@ def sweep_document(base, sigmas, seeds, target, rounds, attack_config, operating
         "operating_sigma": float(operating_sigma),
         "delta": DELTA,
         "band": {"kind": "uniform guesses", "draws": BAND_DRAWS, "quantiles": list(BAND_Q)},
+        "family_band": {"kind": "rank p-values against uniform guesses (and decoys), Bonferroni over each sigma's attacks",
+                        "alpha": FAMILY_ALPHA, "draws": FAMILY_DRAWS},
         "decoy_band": ({"kind": "the target client's queries in runs with other seeds", "draws": int(decoys),
                         "first_seed": DECOY_SEED_BASE, "quantiles": list(BAND_Q)}
                        if decoys else None),
@@ -471,6 +566,11 @@ def table(doc: dict) -> str:
     head += [f"RMSE ratio t={t}" for t in rounds] + ["attack vs band (below/within/above)"]
     if decoy:
         head += ["attack vs decoy band (below/within/above)", "smallest decoy p (Bonferroni)"]
+    family_doc = doc.get("family_band")
+    if family_doc:
+        head += [f"family-wise {100 * (1 - family_doc['alpha']):.0f} % band: guesses (below/within/above)"]
+        if decoy:
+            head += ["family-wise: decoys"]
     head += [f"on box edge t={rounds[-1]}: true / recovered"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key in sorted(doc["sigmas"], key=float):
@@ -488,6 +588,13 @@ def table(doc: dict) -> str:
             p_min, p_adj = e.get("decoy_p_min"), e.get("decoy_p_min_bonferroni")
             cols += ["/".join(str(dv.count(v)) for v in ("below", "within", "above")),
                      "–" if p_min is None else f"{p_min:.3f} ({p_adj:.2f})"]
+        if family_doc:
+            f = e["family"]
+            cols += ["/".join(str(f["counts"][v]) for v in ("below", "within", "above"))]
+            if decoy:
+                fd = f.get("decoy")
+                cols += ["–" if fd is None else "/".join(str(fd["counts"][v]) for v in ("below", "within", "above"))
+                         + ("" if fd["resolvable"] else f" (below needs ≥ {math.ceil(1 / f['level']) - 1} decoys)")]
         cols += [edges]
         rows.append("| " + " | ".join(cols) + " |")
     c = doc["config"]
@@ -517,6 +624,10 @@ def table(doc: dict) -> str:
            f"the reconstruction is closer to its own target than to data it carries no information about), counted the same way, "
            f"and the smallest rank p-value (1 + decoys at least as close) / (decoys + 1) over the attacks, in brackets times "
            f"the number of attacks (Bonferroni: the family-wise p of \"some attack beats chance\"); " if decoy else "")
+        + (f"family-wise band: each attack's rank p-values against {family_doc['draws']} uniform guesses (as close or closer; "
+           f"as far or farther), below / above when one is at most {family_doc['alpha']:g} / (2 × the σ's attacks), so that with "
+           f"no information every attack of a σ is within with probability at least {1 - family_doc['alpha']:g}"
+           + ("; the decoys' rank p-values read the same way" if decoy else "") + "; " if family_doc else "")
         + f"the last, the share of points within {EDGE_TOL:g} of the box boundary at the last attacked round."
     )
     if m.get("command"):

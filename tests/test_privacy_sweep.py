@@ -53,10 +53,22 @@ def test_writes_the_documented_files(sweep):
         assert e["within_decoy_band_every_round"] == all(v == "within" for a in e["attack"].values() for v in a["decoy_verdicts"])
         ps = [x["decoy"]["p_value"] for x in cell["rounds"]]
         assert e["decoy_p_min"] == min(ps) and e["decoy_p_min_bonferroni"] == pytest.approx(min(1.0, min(ps) * len(ps)))
+        # the family-wise reading: this sigma's 2 attacks at level alpha / 4, decoys too few to say "below"
+        f = e["family"]
+        assert f["attacks"] == 2 and f["level"] == pytest.approx(privacy_sweep.FAMILY_ALPHA / 4)
+        assert sum(f["counts"].values()) == 2 and f["decoy"]["draws"] == DECOYS and not f["decoy"]["resolvable"]
+        for x in cell["rounds"]:
+            p_lo, p_hi = x["family"]["p_below"], x["family"]["p_above"]
+            assert x["family"]["verdict"] == privacy_sweep.family_verdict(p_lo, p_hi, f["level"])
+            assert 1 / (privacy_sweep.FAMILY_DRAWS + 1) <= min(p_lo, p_hi) and p_lo + p_hi >= 1  # the two tails overlap at ties only
+            assert x["decoy"]["p_value"] + x["decoy"]["p_above"] >= 1
+        assert f["within_every_round"] == all(v == "within" for a in e["attack"].values() for v in a["family_verdicts"])
     assert doc["decoy_band"]["draws"] == DECOYS and doc["decoy_band"]["first_seed"] == decoys.DECOY_SEED_BASE
     md = (out / "privacy.md").read_text()
     assert md.startswith("| sigma |") and "| 0 | 0 | ∞ (no DP) |" in md and "\n| 1.5 | 7.5 | " in md
     assert "attack vs decoy band (below/within/above) | smallest decoy p (Bonferroni) |" in md and f"in {DECOYS} runs with other seeds" in md
+    assert "| family-wise 90 % band: guesses (below/within/above) | family-wise: decoys |" in md
+    assert f"against {privacy_sweep.FAMILY_DRAWS} uniform guesses" in md and doc["family_band"]["alpha"] == privacy_sweep.FAMILY_ALPHA
     assert sorted(p.name for p in (out / "decoys").iterdir()) == ["sigma=0.json", "sigma=1.5.json"]
     for name in ("privacy_sweep.png", "dp_regret.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -389,3 +401,79 @@ def test_an_interrupted_follow_cell_resumes_from_its_saved_progress_with_the_sam
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert "sigma=4_seed=0.progress.json: cannot resume after round 1: the repeated run intercepted a different message" in err
     assert "delete it to start this cell over" in err and not (bad_dir / "cells" / "sigma=4_seed=0.json").exists()
+
+
+def _plain_matched_rmse(A, B):
+    """Hungarian-matched RMSE by scipy, written out here (the oracle for pacd_jax.metrics.matched_rmse)."""
+    from scipy.optimize import linear_sum_assignment
+
+    cost = ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1)
+    r, c = linear_sum_assignment(cost)
+    return float(np.sqrt(cost[r, c].mean()))
+
+
+def test_guess_p_values_are_the_ranks_among_the_same_uniform_guesses():
+    X = np.random.default_rng(3).uniform(size=(6, 2))
+    rmse = 0.25
+    lo, hi = privacy_sweep.guess_p_values(X, rmse, np.random.default_rng(9), draws=300)
+    rng = np.random.default_rng(9)
+    null = np.array([_plain_matched_rmse(rng.uniform(size=(6, 2)), X) for _ in range(300)])
+    assert lo == pytest.approx((1 + np.sum(null <= rmse)) / 301) and hi == pytest.approx((1 + np.sum(null >= rmse)) / 301)
+    # the truth itself beats every guess; a set far from it is beaten by every guess
+    assert privacy_sweep.guess_p_values(X, 0.0, np.random.default_rng(1), draws=300) == (1 / 301, 1.0)
+    assert privacy_sweep.guess_p_values(X, 5.0, np.random.default_rng(1), draws=300) == (1.0, 1 / 301)
+
+
+def _cell(seed, entries):
+    return {"seed": seed, "final_regret": 0.1, "auc": 0.5, "regret_curve": [1.0, 0.1], "rounds": entries}
+
+
+def test_family_reading_levels_verdicts_and_decoy_resolution():
+    """Bonferroni over the sigma's scored attacks and both tails; the exact truth is below, a far set above, a failed
+    attack an error that does not count; decoys can say below only with at least 2n/alpha - 1 of them."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(5, 2))
+    exact = {"round": 1, "m": 5, "X_true": X.tolist(), "X_rec": X.tolist(), "matched_rmse": 0.0}
+    far = {"round": 2, "m": 5, "X_true": (0.1 * X).tolist(), "X_rec": np.ones((5, 2)).tolist(),
+           "matched_rmse": _plain_matched_rmse(np.ones((5, 2)), 0.1 * X)}
+    guesses = [rng.uniform(size=(5, 2)) for _ in range(101)]  # the guess of median score: a typical one
+    guess = sorted(guesses, key=lambda G: _plain_matched_rmse(G, X))[50]
+    typical = {"round": 1, "m": 5, "X_true": X.tolist(), "X_rec": guess.tolist(), "matched_rmse": _plain_matched_rmse(guess, X)}
+    failed = {"round": 2, "m": 5, "X_true": X.tolist(), "X_rec": None, "matched_rmse": None}
+    cells = [_cell(0, [exact, far]), _cell(1, [typical, failed])]
+    out, summary = privacy_sweep.family_reading(cells, alpha=0.1, draws=400)
+    assert summary["attacks"] == 3 and summary["level"] == pytest.approx(0.1 / 6)
+    assert [[e["family"]["verdict"] for e in c["rounds"]] for c in out] == [["below", "above"], ["within", "error"]]
+    assert summary["counts"] == {"below": 1, "within": 1, "above": 1, "error": 1} and not summary["within_every_round"]
+    assert summary["decoy"] is None and cells[0]["rounds"][0].get("family") is None  # inputs untouched
+    # the same seed and round draw the same guesses: a rerun reads the same
+    assert privacy_sweep.family_reading(cells, alpha=0.1, draws=400)[0] == out
+    # decoys: 40 cannot resolve level 0.1/6 (1/41 > 0.0167), 80 can (1/81 < 0.0167)
+    for n, resolvable in ((40, False), (80, True)):
+        decoys = [np.ones((5, 2)) * 0.5 + 0.01 * k for k in range(n)]
+        scored = [privacy_sweep.with_decoys(c, decoys) for c in cells]
+        _, s = privacy_sweep.family_reading(scored, alpha=0.1, draws=400)
+        assert s["decoy"]["draws"] == n and s["decoy"]["resolvable"] is resolvable
+        # the exact reconstruction is closer to its truth than to any decoy: p = 1/(n+1)
+        assert scored[0]["rounds"][0]["decoy"]["p_value"] == pytest.approx(1 / (n + 1))
+        assert s["decoy"]["counts"]["below"] == (1 if resolvable else 0)
+
+
+def test_family_band_holds_every_attack_of_no_information_within_at_its_stated_rate():
+    """Attacks that are themselves uniform guesses (no information): every one of a sigma's 4 attacks is within the
+    family-wise band in at least 1 - alpha of the sigmas (Bonferroni: conservative), while the 5-95 % per-attack
+    reading has all 4 within only about 0.9**4 = 66 % of the time."""
+    rng = np.random.default_rng(42)
+    families, family_ok, per_attack_ok = 150, 0, 0
+    for f in range(families):
+        entries = []
+        for t in range(4):
+            X = rng.uniform(size=(4, 2))
+            G = rng.uniform(size=(4, 2))
+            entries.append({"round": t, "m": 4, "X_true": X.tolist(), "X_rec": G.tolist(), "matched_rmse": _plain_matched_rmse(G, X)})
+        _, s = privacy_sweep.family_reading([_cell(f, entries)], alpha=0.2, draws=99)
+        family_ok += s["within_every_round"]
+        per_attack_ok += all(0.05 < e["family"]["p_below"] and 0.05 < e["family"]["p_above"]
+                             for e in privacy_sweep.family_reading([_cell(f, entries)], alpha=0.2, draws=99)[0][0]["rounds"])
+    assert family_ok / families >= 0.8 - 2 * math.sqrt(0.8 * 0.2 / families)
+    assert per_attack_ok / families < 0.8
