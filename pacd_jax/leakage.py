@@ -242,6 +242,8 @@ def run_leakage(
     follow: bool = False,
     resume: dict | None = None,
     on_progress=None,
+    intercepted: tuple | None = None,
+    on_intercepted=None,
 ) -> dict:
     """Run, intercept and attack; returns the ``attack.json`` document for one seed.
 
@@ -267,6 +269,12 @@ def run_leakage(
             message is checked against its digest, and every saved entry's
             true points against the rerun's) and the follow goes on after the
             saved round, with the same result as an uninterrupted follow.
+        intercepted: ``(records, truths, results, run_time_s)`` of this very run,
+            saved earlier (``on_intercepted``): used instead of repeating the
+            BO run (which another machine may not reproduce bit for bit). With
+            ``follow`` the records may start at any round up to a resumed one.
+        on_intercepted: ``on_intercepted(records, truths, results, run_time_s)``
+            once the BO run is done (to save it).
     """
     if (resume is not None or on_progress is not None) and not follow:
         raise ValueError("resume and on_progress are for follow=True")
@@ -284,10 +292,15 @@ def run_leakage(
     spec.check(config)
     seed = config.seeds[0]
     ctx = jax.enable_x64(True) if config.x64 else contextlib.nullcontext()
-    start = time.perf_counter()
-    with ctx:
-        records, truths, results = intercept.run_vmap(config, spec, task_factory, on_round=on_bo_round)
-    run_time = time.perf_counter() - start
+    if intercepted is not None:
+        records, truths, results, run_time = intercepted
+    else:
+        start = time.perf_counter()
+        with ctx:
+            records, truths, results = intercept.run_vmap(config, spec, task_factory, on_round=on_bo_round)
+        run_time = time.perf_counter() - start
+        if on_intercepted is not None:
+            on_intercepted(records, truths, results, run_time)
     if on_run is not None:
         on_run(results)
     model = methods.meta_gp(config, int(records[0].bounds.shape[0]))
@@ -379,8 +392,8 @@ def _follow_resumable(model, records, truths, config, seed: int, rng: np.random.
         if message_digest(records[index[r]]) != resume["digest"]:
             raise ResumeError(f"cannot resume after round {r}: the repeated run intercepted a different message "
                              "(not the same run, or not reproducible on this machine)")
-        for e in resume["entries"]:
-            if int(e["round"]) not in index or not np.array_equal(np.asarray(e["X_true"]), np.asarray(truths[index[int(e["round"])]].X)):
+        for e in resume["entries"]:  # (a saved run may keep only the rounds from some round on)
+            if int(e["round"]) in index and not np.array_equal(np.asarray(e["X_true"]), np.asarray(truths[index[int(e["round"])]].X)):
                 raise ResumeError(f"cannot resume: the saved round {e['round']}'s true points differ from the repeated run's")
         rng.bit_generator.state = resume["rng_state"]
         earlier, first = list(resume["entries"]), index[r] + 1

@@ -299,7 +299,8 @@ def cell_key(config, target: int, rounds, attack_config, follow: bool = False) -
 
 
 def run_cell(config, target: int, rounds, attack_config, task_factory=None, on_step=None, on_bo_round=None,
-             follow: bool = False, resume: dict | None = None, on_progress=None) -> dict:
+             follow: bool = False, resume: dict | None = None, on_progress=None, intercepted: tuple | None = None,
+             on_intercepted=None) -> dict:
     """Run, intercept and attack one seed at one sigma (``config.seeds == (seed,)``); the cell's result.
 
     ``on_step()`` is called once per scored round, ``on_bo_round(done, total)`` after each BO round.
@@ -308,7 +309,9 @@ def run_cell(config, target: int, rounds, attack_config, task_factory=None, on_s
     and the listed rounds are scored. With ``follow``, ``on_progress(state)``
     after every followed round gives a state that ``resume=state`` continues
     from (:func:`pacd_jax.leakage.run_leakage`; ``state["wall_time_s"]`` is the
-    cell's wall time so far, carried into the resumed cell's).
+    cell's wall time so far, carried into the resumed cell's). ``intercepted`` /
+    ``on_intercepted``: a saved BO run used instead of repeating it, and the
+    hook that saves it (:func:`pacd_jax.leakage.run_leakage`).
     """
     from pacd_jax import experiment, leakage, loop
 
@@ -325,7 +328,8 @@ def run_cell(config, target: int, rounds, attack_config, task_factory=None, on_s
             on_progress({**state, "wall_time_s": before + time.perf_counter() - start})
     doc = leakage.run_leakage(config, target, rounds, attack_config, task_factory,
                               on_round=(lambda e: on_step()) if on_step is not None else None,
-                              on_bo_round=on_bo_round, on_run=on_run, follow=follow, resume=resume, on_progress=progress)
+                              on_bo_round=on_bo_round, on_run=on_run, follow=follow, resume=resume, on_progress=progress,
+                              intercepted=intercepted, on_intercepted=on_intercepted)
     res = box["results"]
     (fam,) = experiment.build_families(config, task_factory)
     problem, _ = loop.problem_from_family(fam, config.iters, config.init_points, config.noise_std)
@@ -361,6 +365,62 @@ def _cell_path(out: Path, sigma: float, seed: int) -> Path:
 def _progress_path(out: Path, sigma: float, seed: int) -> Path:
     """Where a follow cell keeps its progress until it is finished (to resume an interrupted cell)."""
     return out / "cells" / f"sigma={sigma:g}_seed={seed}.progress.json"
+
+
+#: a follow cell's saved BO run keeps the rounds from the last multiple of this at or below its progress
+STORE_PRUNE_EVERY = 10
+
+
+def _store_paths(out: Path, sigma: float, seed: int) -> tuple[Path, Path]:
+    """A follow cell's saved BO run: its intercepted records (``.records.npz``) and the rest (``.run.json``)."""
+    base = out / "cells" / f"sigma={sigma:g}_seed={seed}"
+    return Path(f"{base}.records.npz"), Path(f"{base}.run.json")
+
+
+def save_run_store(out: Path, sigma: float, seed: int, key: dict, records, truths, results, run_time: float,
+                   from_round: int | None = None) -> None:
+    """Save a follow cell's BO run (the records and true points from ``from_round`` on, the clients' data), atomically.
+
+    A resumed cell then skips the BO run: the run need not be reproducible on
+    the machine that resumes it. Records are written first and the JSON names
+    the rounds it goes with, so a half-written pair is never taken for a store.
+    """
+    from pacd_jax import intercept, io
+
+    keep = [j for j, r in enumerate(records) if from_round is None or int(r.round) >= from_round]
+    npz, js = _store_paths(out, sigma, seed)
+    intercept.save_records(npz, [records[j] for j in keep])
+    io.write_json(js, {"key": key, "run_time_s": float(run_time), "rounds": [int(records[j].round) for j in keep],
+                       "truths": [{"X": np.asarray(truths[j].X, np.float64).tolist(), "y": np.asarray(truths[j].y, np.float64).tolist()}
+                                  for j in keep],
+                       "results": {"seeds": [int(v) for v in results.seeds], "X": np.asarray(results.X).tolist(),
+                                   "y": np.asarray(results.y).tolist(), "f": np.asarray(results.f).tolist(),
+                                   "count": None if results.count is None else np.asarray(results.count).tolist()}})
+
+
+def load_run_store(out: Path, sigma: float, seed: int, key: dict, need: int) -> tuple | None:
+    """``(records, truths, results, run_time_s)`` of a saved follow cell's BO run whose key is ``key``, else None.
+
+    ``need``: the first round the follow needs (the resumed round, or the first
+    followed one); a store pruned past it is not used.
+    """
+    from pacd_jax import intercept, io, loop
+
+    npz, js = _store_paths(out, sigma, seed)
+    try:
+        doc = io.read_json(js)
+        records = intercept.load_records(npz)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("key") != key or doc.get("rounds") != [int(r.round) for r in records]:
+        return None
+    if not records or int(records[0].round) > need:
+        return None
+    truths = [intercept.Truth(np.asarray(t["X"], np.float64), np.asarray(t["y"], np.float64)) for t in doc["truths"]]
+    r = doc["results"]
+    results = loop.SeedResults(seeds=list(r["seeds"]), X=np.asarray(r["X"]), y=np.asarray(r["y"]), f=np.asarray(r["f"]),
+                               count=None if r["count"] is None else np.asarray(r["count"]))
+    return records, truths, results, float(doc["run_time_s"])
 
 
 def _decoy_path(out: Path, sigma: float) -> Path:
@@ -448,18 +508,32 @@ def sweep(base, sigmas, seeds, target: int, rounds, attack_config, out, operatin
                         log(f"sigma {sigma:g} seed {seed}: resuming the follow after round {resume['round']} "
                             f"({ppath}; the run is repeated first)")
 
-                    def saving(state, ppath=ppath, key=key):
+                    # and its BO run, so that resuming needs neither the time nor a machine that repeats it bit for bit
+                    stored = load_run_store(out, sigma, seed, key, resume["round"] if resume is not None else min(rounds))
+                    run_box = {"run": stored}
+
+                    def saving(state, ppath=ppath, key=key, sigma=sigma, seed=seed, run_box=run_box):
                         io.write_json(ppath, {"key": key, "progress": state})
+                        if run_box["run"] is not None and state["round"] % STORE_PRUNE_EVERY == 0:
+                            save_run_store(out, sigma, seed, key, *run_box["run"], from_round=state["round"])
+
+                    def keeping(records, truths, results, run_time, sigma=sigma, seed=seed, key=key, run_box=run_box):
+                        run_box["run"] = (records, truths, results, run_time)
+                        save_run_store(out, sigma, seed, key, records, truths, results, run_time)
                     if resume is not None:
                         bar.update(len(resume["entries"]))
+                    if stored is not None:
+                        bar.update(base.iters)
                 try:
                     result = run_cell(config, target, rounds, attack_config, task_factory, on_step=lambda: bar.update(1),
-                                      on_bo_round=lambda done, total: bar.update(1), follow=follow, resume=resume, on_progress=saving)
+                                      on_bo_round=lambda done, total: bar.update(1), follow=follow, resume=resume, on_progress=saving,
+                                      intercepted=stored if follow else None, on_intercepted=keeping if follow else None)
                 except leakage.ResumeError as err:
                     raise ValueError(f"{_progress_path(out, sigma, seed)}: {err}; delete it to start this cell over") from None
                 io.write_json(path, {"key": key, "result": result})
                 if follow:
-                    _progress_path(out, sigma, seed).unlink(missing_ok=True)
+                    for done in (_progress_path(out, sigma, seed), *_store_paths(out, sigma, seed)):
+                        done.unlink(missing_ok=True)
                 if not quiet:
                     ratios = " ".join(f"t={e['round']}:{e['rmse_ratio']:.2f}" if e.get("rmse_ratio") is not None else f"t={e['round']}:err"
                                       for e in result["rounds"])

@@ -350,46 +350,67 @@ def test_decoy_round_script_with_the_sweeps_decoy_seeds_gives_the_sweeps_band(sw
 
 @pytest.mark.heavy  # three follow cells
 def test_an_interrupted_follow_cell_resumes_from_its_saved_progress_with_the_same_result(tmp_path, monkeypatch, capsys):
-    """A follow cell saves its state after every followed round; a rerun of the sweep resumes from the saved state
-    (repeating the run, checking the message digest) and ends with the uninterrupted cell's scores and reconstructions;
-    a state that does not fit the run is refused with one line, naming the file to delete."""
-    from pacd_jax import io
+    """A follow cell saves its BO run once and its state after every followed round. Interrupted (Ctrl-C) and rerun,
+    the sweep resumes from the saved state without repeating the BO run and ends with the uninterrupted cell's scores
+    and reconstructions; without the saved run it repeats the run and checks the message digest; a state that does
+    not fit the run is refused with one line naming the file to delete. Nothing is left once the cell is written."""
+    from pacd_jax import intercept, io
 
-    saved = []
+    saved, stop_after = [], {"round": None}
     real = io.write_json
 
     def spy(path, doc):
+        real(path, doc)
         if str(path).endswith(".progress.json"):
             saved.append((Path(path).name, json.loads(json.dumps(doc))))
-        real(path, doc)
+            if doc["progress"]["round"] == stop_after["round"]:
+                raise KeyboardInterrupt
 
     monkeypatch.setattr(io, "write_json", spy)
     opts = ["privacy", *RUN, "--iters", "4", "--seeds", "0", "--rounds", "0,3", "--clip", "2.5", "--quiet", "--sigmas", "4", "--operating-sigma", "4",
             "--decoys", "0", "--attack-mode", "pursuit-follow", "--pursuit-candidates", "64", "--pursuit-faces", "8",
             "--pursuit-grow-steps", "2", "--pursuit-final-steps", "3", "--pursuit-swaps", "0", "--pursuit-search-particles", "0"]
+    leftovers = ("*.progress.json", "*.records.npz", "*.run.json")
     whole = tmp_path / "whole"
     assert cli.main([*opts, "--out", str(whole)]) == 0
     # one state per followed round 0..3, each with the rounds scored so far; none left once the cell is written
     assert [(name, doc["progress"]["round"]) for name, doc in saved] == [("sigma=4_seed=0.progress.json", t) for t in range(4)]
     assert [[e["round"] for e in doc["progress"]["entries"]] for _, doc in saved] == [[0], [0], [0], [0, 3]]
-    assert not list((whole / "cells").glob("*.progress.json"))
+    assert not [p for g in leftovers for p in (whole / "cells").glob(g)]
     (uninterrupted,) = json.loads((whole / "privacy.json").read_text())["sigmas"]["4"]["per_seed"]
+    name, state = saved[1]  # after round 1: round 0 scored, rounds 2 and 3 still to follow
 
-    resumed_dir = tmp_path / "resumed"
-    (resumed_dir / "cells").mkdir(parents=True)
-    name, state = saved[1]  # interrupted after round 1: round 0 scored, rounds 2 and 3 still to follow
-    (resumed_dir / "cells" / name).write_text(json.dumps(state))
-    saved.clear()
-    assert cli.main([*opts, "--out", str(resumed_dir)]) == 0
+    def same_as_uninterrupted(out, elapsed):
+        (cell,) = json.loads((out / "privacy.json").read_text())["sigmas"]["4"]["per_seed"]
+        assert cell["resumed_after_round"] == 1 and "resumed_after_round" not in uninterrupted
+        timing = {"time_s", "cumulative_time_s"}
+        for a, b in zip(uninterrupted["rounds"], cell["rounds"], strict=True):
+            assert {k: v for k, v in a.items() if k not in timing} == {k: v for k, v in b.items() if k not in timing}
+        assert cell["rounds"][1]["cumulative_time_s"] > elapsed  # the attacker's time goes on from the saved state's
+        assert cell["final_regret"] == uninterrupted["final_regret"] and cell["regret_curve"] == uninterrupted["regret_curve"]
+        assert not [p for g in leftovers for p in (out / "cells").glob(g)]
+
+    # Ctrl-C after round 1, then the same command: the saved BO run is used (running it again would fail here)
+    interrupted = tmp_path / "interrupted"
+    stop_after["round"] = 1
+    assert cli.main([*opts, "--out", str(interrupted)]) == 130
+    stop_after["round"] = None
+    assert sorted(p.name for p in (interrupted / "cells").iterdir()) == [
+        "sigma=4_seed=0.progress.json", "sigma=4_seed=0.records.npz", "sigma=4_seed=0.run.json"]
+    elapsed = saved[-1][1]["progress"]["elapsed"]
+    with monkeypatch.context() as mp:
+        mp.setattr(intercept, "run_vmap", lambda *a, **k: pytest.fail("the saved BO run was repeated"))
+        saved.clear()
+        assert cli.main([*opts, "--out", str(interrupted)]) == 0
     assert [doc["progress"]["round"] for _, doc in saved] == [2, 3]  # only the rest was followed
-    (resumed,) = json.loads((resumed_dir / "privacy.json").read_text())["sigmas"]["4"]["per_seed"]
-    assert resumed["resumed_after_round"] == 1 and "resumed_after_round" not in uninterrupted
-    timing = {"time_s", "cumulative_time_s"}
-    for a, b in zip(uninterrupted["rounds"], resumed["rounds"], strict=True):
-        assert {k: v for k, v in a.items() if k not in timing} == {k: v for k, v in b.items() if k not in timing}
-    assert resumed["rounds"][1]["cumulative_time_s"] > state["progress"]["elapsed"]
-    assert resumed["final_regret"] == uninterrupted["final_regret"]
-    assert not list((resumed_dir / "cells").glob("*.progress.json"))
+    same_as_uninterrupted(interrupted, elapsed)
+
+    # only the progress kept (no saved run): the BO run is repeated and checked against the digest
+    rerun = tmp_path / "rerun"
+    (rerun / "cells").mkdir(parents=True)
+    (rerun / "cells" / name).write_text(json.dumps(state))
+    assert cli.main([*opts, "--out", str(rerun)]) == 0
+    same_as_uninterrupted(rerun, state["progress"]["elapsed"])
 
     bad_dir = tmp_path / "bad"
     (bad_dir / "cells").mkdir(parents=True)
@@ -401,6 +422,38 @@ def test_an_interrupted_follow_cell_resumes_from_its_saved_progress_with_the_sam
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert "sigma=4_seed=0.progress.json: cannot resume after round 1: the repeated run intercepted a different message" in err
     assert "delete it to start this cell over" in err and not (bad_dir / "cells" / "sigma=4_seed=0.json").exists()
+
+
+def test_a_saved_follow_run_is_pruned_keyed_and_only_used_where_it_reaches(tmp_path):
+    """The saved BO run of a follow cell round-trips exactly, keeps the rounds from ``from_round`` on, and is not used
+    for another key, for a follow that needs an earlier round, or when its two files do not belong together."""
+    from pacd_jax import intercept, loop
+
+    rng = np.random.default_rng(0)
+    records = [intercept.Record(t, 0, 5 + t, rng.normal(size=(3, 7)), rng.normal(size=(3, 7)), np.array([[0.0, 1.0]] * 2))
+               for t in range(1, 6)]
+    truths = [intercept.Truth(rng.uniform(size=(5 + t, 2)), rng.normal(size=5 + t)) for t in range(1, 6)]
+    results = loop.SeedResults(seeds=[4], X=rng.uniform(size=(1, 2, 10, 2)), y=rng.normal(size=(1, 2, 10)), f=rng.normal(size=(1, 2, 10)),
+                               count=np.full((1, 2), 10))
+    key = {"version": 1, "x": [1, 2]}
+    out = tmp_path
+    (out / "cells").mkdir()
+    privacy_sweep.save_run_store(out, 8.0, 4, key, records, truths, results, 12.5)
+    got = privacy_sweep.load_run_store(out, 8.0, 4, key, need=1)
+    assert got is not None and got[3] == 12.5
+    for a, b in zip(records, got[0], strict=True):
+        assert a.round == b.round and a.m == b.m and np.array_equal(a.particles, b.particles) and np.array_equal(a.grads, b.grads)
+    for a, b in zip(truths, got[1], strict=True):
+        assert np.array_equal(a.X, b.X) and np.array_equal(a.y, b.y)
+    assert np.array_equal(got[2].X, results.X) and np.array_equal(got[2].f, results.f) and got[2].seeds == [4]
+    assert privacy_sweep.load_run_store(out, 8.0, 4, {"version": 2}, need=1) is None
+    privacy_sweep.save_run_store(out, 8.0, 4, key, *got, from_round=3)
+    pruned = privacy_sweep.load_run_store(out, 8.0, 4, key, need=4)
+    assert [r.round for r in pruned[0]] == [3, 4, 5] and np.array_equal(pruned[1][0].X, truths[2].X)
+    assert privacy_sweep.load_run_store(out, 8.0, 4, key, need=2) is None  # pruned past the round it must start from
+    npz, _ = privacy_sweep._store_paths(out, 8.0, 4)
+    intercept.save_records(npz, records)  # records of another save: the pair does not belong together
+    assert privacy_sweep.load_run_store(out, 8.0, 4, key, need=4) is None
 
 
 def _plain_matched_rmse(A, B):
