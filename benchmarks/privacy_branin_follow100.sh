@@ -5,9 +5,9 @@
 # operating sigma 8 against no DP, seeds 0 and 1, BO in float64 (the attack is float64 either way).
 # A cell takes hours here (the 40-round cells took 30-40 min, and a round costs more as the data
 # grow), so every cell keeps its progress after each followed round in
-# $OUT/cells/sigma=S_seed=N.progress.json: stopping this script (or the machine) loses at most one
-# round, and rerunning it resumes each unfinished cell (the BO run is repeated first and checked
-# against the saved round's message digest). Two single-threaded processes fill the cells side by
+# $OUT/cells/sigma=S_seed=N.progress.json, and its BO run (.records.npz, .run.json): stopping this
+# script (or the machine) loses at most one round, and rerunning it, here or on another machine,
+# resumes each unfinished cell without repeating its BO run. Two single-threaded processes fill the cells side by
 # side, sigma 8 first; the last call reuses them all, runs the 40 decoy runs per sigma for the decoy
 # band, writes the aggregate with its command, commit and machine, and puts the table in README.md
 # between the privacy-sweep-follow100 markers.
