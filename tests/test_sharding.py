@@ -181,3 +181,24 @@ def test_committed_cells_still_match_their_configuration():
         key = json.loads(path.read_text())["key"]
         config = RunConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in key["config"].items()})
         assert json.loads(json.dumps(config.identity())) == key["config"]
+
+
+def test_committed_follow_progress_can_be_resumed():
+    """The 100-round follow cells stopped part-way (benchmarks/privacy_branin_follow100.sh): their saved progress and
+    BO runs must still load under their keys, or rerunning the script would start hours of work over."""
+    from pathlib import Path
+
+    from pacd_jax import privacy_sweep
+
+    out = ROOT / "benchmarks" / "results" / "privacy_branin_follow100"
+    progress = sorted((out / "cells").glob("*.progress.json"))
+    if not progress:
+        pytest.skip("no committed follow cell is part-way")
+    for path in progress:
+        key = json.loads(path.read_text())["key"]
+        config = RunConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in key["config"].items()})
+        assert json.loads(json.dumps(config.identity())) == key["config"]
+        state = privacy_sweep.load_progress(Path(path), key)
+        assert state is not None and state["round"] < max(key["rounds"])
+        stored = privacy_sweep.load_run_store(out, config.dp_sigma, config.seeds[0], key, need=state["round"])
+        assert stored is not None and stored[0][0].round <= state["round"] and stored[0][-1].round == max(key["rounds"])
