@@ -404,15 +404,17 @@ def load_run_store(out: Path, sigma: float, seed: int, key: dict, need: int) -> 
     ``need``: the first round the follow needs (the resumed round, or the first
     followed one); a store pruned past it is not used.
     """
-    from pacd_jax import intercept, io, loop
+    from pacd_jax import intercept, loop
 
     npz, js = _store_paths(out, sigma, seed)
+    doc = _read_keyed(js, key)
+    if doc is None:
+        return None
     try:
-        doc = io.read_json(js)
         records = intercept.load_records(npz)
     except (OSError, ValueError):
         return None
-    if not isinstance(doc, dict) or doc.get("key") != key or doc.get("rounds") != [int(r.round) for r in records]:
+    if doc.get("rounds") != [int(r.round) for r in records]:
         return None
     if not records or int(records[0].round) > need:
         return None
@@ -444,30 +446,27 @@ def with_decoys(cell: dict, trajectories) -> dict:
                                for e in cell["rounds"]]}
 
 
-def load_progress(path: Path, key: dict) -> dict | None:
-    """The saved progress of an unfinished follow cell at ``path`` if its key equals ``key`` (else None: start afresh)."""
+def _read_keyed(path: Path, key: dict) -> dict | None:
+    """The JSON document at ``path`` if it is readable and its ``"key"`` equals ``key`` (else None)."""
     from pacd_jax import io
 
     try:
         doc = io.read_json(path)
     except (OSError, ValueError):
         return None
-    if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(doc.get("progress"), dict):
-        return None
-    return doc["progress"]
+    return doc if isinstance(doc, dict) and doc.get("key") == key else None
+
+
+def load_progress(path: Path, key: dict) -> dict | None:
+    """The saved progress of an unfinished follow cell at ``path`` if its key equals ``key`` (else None: start afresh)."""
+    doc = _read_keyed(path, key)
+    return doc["progress"] if doc is not None and isinstance(doc.get("progress"), dict) else None
 
 
 def load_cell(path: Path, key: dict) -> dict | None:
     """The cached result at ``path`` if its key equals ``key`` (else None: rerun it)."""
-    from pacd_jax import io
-
-    try:
-        doc = io.read_json(path)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(doc, dict) or doc.get("key") != key:
-        return None
-    return doc.get("result")
+    doc = _read_keyed(path, key)
+    return None if doc is None else doc.get("result")
 
 
 # -- the sweep --------------------------------------------------------------------------
