@@ -23,7 +23,7 @@ A pursuit attack at round 99 takes over half an hour here: ``--cache FILE``
 keeps the BO run between invocations and ``--resume`` keeps the rounds an
 interrupted report already attacked (with the same settings), so rerunning
 the same command goes on where it stopped. For ``pursuit_follow`` it goes on
-from the last round whose reconstruction was saved (every round's is).
+from the last round whose points were saved (every round's are, unclipped, so it goes on exactly).
 
 The ``pursuit_follow`` variant (:func:`pacd_jax.pursuit.pursuit_follow`)
 is the pursuit attack following the target from round 0 to the last listed
@@ -265,12 +265,20 @@ def main(argv=None) -> int:
                 result["variants"][name] = {**header, "rounds": entries, "every_round": every}
                 save()
 
+            def keep_carried(step, _elapsed, _entries):
+                # the unclipped points the next round starts from (X_rec is clipped to the box, so a follow resumed from it
+                # would not go on exactly where this one stopped once a point has left the box)
+                if every and every[-1]["round"] == step.round and step.carried is not None:
+                    every[-1]["carried"] = np.asarray(step.carried, np.float64).tolist()
+                    save()
+
             result["variants"][name] = {**header, "rounds": entries, "every_round": every}
             todo = [(r, t) for r, t in zip(records, truths) if not every or r.round > every[-1]["round"]]
             if todo:
                 leakage.follow_entries(model, [r for r, _ in todo], [t for _, t in todo], cfg, jax.random.key(args.seed), args.seed,
                                        None, keep_follow, start=resume_from, elapsed=elapsed, reference=reference,
-                                       repairs=args.repairs, repair_bar=REPAIR_BAR, repair_candidates=REPAIR_CANDIDATES)
+                                       repairs=args.repairs, repair_bar=REPAIR_BAR, repair_candidates=REPAIR_CANDIDATES,
+                                       on_progress=keep_carried)
             save()
             doc = {"benchmark": "branin", "target_client": 0, "dp": None, "rounds": entries}
             leakage.plot_leakage([doc], out_dir / "leakage.png")
@@ -371,7 +379,10 @@ def follow_resume_point(previous: dict | None, name: str, header: dict, upto: in
     ``ignore``, rounds 0.. without a gap, at most ``upto``) whose
     reconstruction was saved: the rounds up to it are kept (each report
     entry names the run that attacked it), the follow restarts from its
-    points. Nothing to resume: ``([], [], None, 0.0)``.
+    points: the unclipped ``carried`` points where the every-round entry
+    has them (the exact continuation), else the clipped ``X_rec`` (older
+    reports; differs only where a point had left the box). Nothing to
+    resume: ``([], [], None, 0.0)``.
     """
     prior = None if previous is None else previous["variants"].get(name)
     keys = (set(header) | set(REPAIR_KEYS)) - {"start", "resumed_after_round", *ignore}  # repairs: in a header only when on
@@ -379,6 +390,8 @@ def follow_resume_point(previous: dict | None, name: str, header: dict, upto: in
         return [], [], None, 0.0
     saved = {e["round"]: e["X_rec"] for e in prior["rounds"]}
     saved.update({e["round"]: e["X_rec"] for e in prior["every_round"] if "X_rec" in e})
+    # a round's unclipped points (``carried``; older reports lack it) continue the follow exactly
+    saved.update({e["round"]: e["carried"] for e in prior["every_round"] if "carried" in e})
     rounds = [e["round"] for e in prior["every_round"]]
     contiguous = [t for i, t in enumerate(rounds) if rounds[: i + 1] == list(range(i + 1))]
     ready = [t for t in contiguous if t in saved and (upto is None or t <= upto)]

@@ -163,6 +163,12 @@ def test_follow_resume_point_goes_on_from_the_last_saved_reconstruction():
                                                                        ignore=("repairs", "repair_bar"))
     assert [e["round"] for e in kept] == [0, 1, 2] and start == X[2] and elapsed == 30.0 and [e["round"] for e in entries] == [1]
     assert attack_report.follow_resume_point(previous, "pursuit_follow", repaired) == nothing
+    # a round's unclipped points, where saved, win over its clipped reconstruction (the exact continuation)
+    outside = [[1.3, 0.2]]
+    carried = {**previous, "variants": {"pursuit_follow": {**header, "rounds": rounds,
+                                                           "every_round": every[:4] + [{**every[4], "carried": outside}] + every[5:]}}}
+    entries, kept, start, elapsed = attack_report.follow_resume_point(carried, "pursuit_follow", dict(header))
+    assert start == outside and [e["round"] for e in kept] == [0, 1, 2, 3, 4] and elapsed == 50.0
     # a report made with repairs does not resume a run without them, nor with other ones
     with_repairs = {**previous, "variants": {"pursuit_follow": {**repaired, "rounds": rounds, "every_round": every}}}
     assert attack_report.follow_resume_point(with_repairs, "pursuit_follow", header) == nothing
