@@ -128,7 +128,7 @@ def step_flops(cfg: common.StepConfig) -> dict[str, float]:
     _, learner, buffers, state = svgd_step._setup(cfg, 1)
     messages = jax.jit(sharding.client_messages(learner.model))
     update = jax.jit(lambda s, g, b: learner.coordinator_update(s, g, methods.public_count(b)))
-    grads = messages(state.particles, buffers)
+    grads = jax.eval_shape(messages, state.particles, buffers)  # shapes are all the coordinator's compile needs
     out = {
         "clients": _flops(messages.lower(state.particles, buffers).compile()),
         "coordinator": _flops(update.lower(state, grads, buffers).compile()),
