@@ -21,7 +21,8 @@ Outputs (DIR): ``privacy.json`` (:func:`sweep_document`), ``privacy_sweep.png``
 (Figure 4 right), ``dp_regret.png`` (Figure 5), ``privacy.md`` (the table),
 ``cells/sigma=S_seed=N.json``, one finished (sigma, seed) cell each, and
 ``decoys/sigma=S.json``, one sigma's decoy queries: a rerun with the same
-options skips every cell and decoy set whose file holds the same key.
+options skips every cell whose file holds the same key and every decoy run
+already saved, so a larger ``--decoys`` runs only the new decoy seeds.
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ FAMILY_ALPHA = 0.10
 FAMILY_DRAWS = 2000
 #: decoy runs per sigma for the decoy band (``--decoys``).
 DEFAULT_DECOYS = 40
+#: decoy seeds run together and saved as one batch (:func:`decoy_trajectories`): the missing seeds
+#: ``DECOY_SEED_BASE + j`` with the same ``j // DECOY_CHUNK``, so a set stopped between batches goes on in the
+#: batches one uninterrupted call would have used.
+DECOY_CHUNK = 20
 #: the set scores the sweep aggregates (and draws in Figure 4 right).
 SCORES = ("dispersion", "matched_rmse", "chamfer", "recall_at_r", "precision_at_r")
 #: cell-file format version (part of the key: a change makes old cells stale).
@@ -430,8 +435,74 @@ def _decoy_path(out: Path, sigma: float) -> Path:
 
 
 def decoy_key(config, target: int) -> dict:
-    """What makes a decoy set reusable: the decoy runs' options (seeds included) and the target client."""
-    return json.loads(json.dumps({"version": CELL_VERSION, "config": config.identity(), "target": int(target)}))
+    """What makes saved decoy runs reusable: the decoy runs' options but their seeds (each run is saved under its
+    seed, so a set can grow), and the target client."""
+    identity = {k: v for k, v in config.identity().items() if k != "seeds"}
+    return json.loads(json.dumps({"version": CELL_VERSION, "config": identity, "target": int(target)}))
+
+
+def _exact_decoy_key(config, target: int, seeds) -> dict:
+    """The key of a decoy file written before sets could grow: the options with exactly these seeds."""
+    return json.loads(json.dumps({"version": CELL_VERSION, "config": config.replace(seeds=tuple(seeds)).identity(),
+                                  "target": int(target)}))
+
+
+def load_decoys(path: Path, config, target: int) -> dict[int, list]:
+    """``{seed: the target's queries}`` of the decoy runs saved at ``path`` with ``config``'s options (any seeds) and
+    ``target``; ``{}`` where there are none (or the file is of other options, or unreadable).
+
+    A file keyed by its exact seeds (written before sets could grow) is read too.
+    """
+    from pacd_jax import io
+
+    try:
+        doc = io.read_json(path)
+    except (OSError, ValueError):
+        return {}
+    result = doc.get("result") if isinstance(doc, dict) else None
+    if not isinstance(result, dict) or len(result.get("seeds", [])) != len(result.get("X", [])):
+        return {}
+    seeds = [int(s) for s in result["seeds"]]
+    if doc.get("key") != decoy_key(config, target) and not (seeds and doc.get("key") == _exact_decoy_key(config, target, seeds)):
+        return {}
+    return dict(zip(seeds, result["X"]))
+
+
+def decoy_trajectories(config, target: int, count: int, path: Path, task_factory=None, on_round=None,
+                       log=None) -> tuple[list[np.ndarray], int]:
+    """The target's queries in the first ``count`` decoy runs of ``config`` (:func:`pacd_jax.decoys.decoy_seeds`),
+    in seed order, and how many of them were run now (the rest were read from ``path``).
+
+    Missing runs are made in batches of the seeds that share ``j // DECOY_CHUNK``
+    (vectorised over the batch); after each batch ``path`` is rewritten
+    (atomically) with every run it holds, so a stopped set loses at most one
+    batch and a larger ``count`` later adds only the new seeds. ``on_round(done,
+    total)`` counts the rounds of the runs still to make.
+    """
+    from pacd_jax import decoys as decoys_mod
+    from pacd_jax import io
+
+    wanted = decoys_mod.decoy_seeds(count)
+    have = load_decoys(path, config, target)
+    missing = [s for s in wanted if s not in have]
+    batches: dict[int, list[int]] = {}
+    for s in missing:
+        batches.setdefault((s - DECOY_SEED_BASE) // DECOY_CHUNK, []).append(s)
+    if missing and log is not None:
+        log(f"{path}: {len(wanted) - len(missing)} of {count} decoy runs saved; running {len(missing)} "
+            f"in {len(batches)} batch(es) of up to {DECOY_CHUNK}")
+    total, done = config.iters * len(missing), 0
+    for seeds in batches.values():
+        def tick(n, of, done=done, size=len(seeds)):
+            if on_round is not None:  # experiment.run counts one batch's rounds; count rounds x runs
+                on_round(done + (n * config.iters * size) // of, total)
+
+        runs = decoys_mod.target_trajectories(config.replace(seeds=tuple(seeds)), target, seeds, task_factory, on_round=tick)
+        have.update((s, np.asarray(X, np.float64).tolist()) for s, X in zip(seeds, runs))
+        done += config.iters * len(seeds)
+        order = sorted(have)
+        io.write_json(path, {"key": decoy_key(config, target), "result": {"seeds": order, "X": [have[s] for s in order]}})
+    return [np.asarray(have[s], np.float64) for s in wanted], len(missing)
 
 
 def with_decoys(cell: dict, trajectories) -> dict:
@@ -481,7 +552,6 @@ def sweep(base, sigmas, seeds, target: int, rounds, attack_config, out, operatin
     ``decoys``: per sigma, run that many decoy seeds (:mod:`pacd_jax.decoys`;
     kept in ``out/decoys``) and score every attack against its decoy band; 0: none.
     """
-    from pacd_jax import decoys as decoys_mod
     from pacd_jax import io, leakage, progress
 
     out = Path(out)
@@ -545,28 +615,19 @@ def sweep(base, sigmas, seeds, target: int, rounds, attack_config, out, operatin
     decoys_reused = 0
     if decoys:
         for sigma in sigmas:
-            config = base.replace(dp_sigma=float(sigma), seeds=tuple(decoys_mod.decoy_seeds(decoys)))
-            key = decoy_key(config, target)
-            path = _decoy_path(out, sigma)
-            stored = load_cell(path, key)
-            if stored is None:
-                bar.set_description(f"sigma={sigma:g} decoys")
-                done = [0]
+            bar.set_description(f"sigma={sigma:g} decoys")
+            done = [0]
 
-                def tick(n, _total, done=done):
-                    # experiment.run counts rounds over its seed batches; the bar counts one run's rounds
-                    step = int(n * base.iters / _total) - done[0]
-                    done[0] += step
-                    bar.update(step)
+            def tick(n, of, done=done):
+                # the bar counts one run's rounds per sigma, whatever the number of decoy runs still to make
+                step = int(n * base.iters / of) - done[0]
+                done[0] += step
+                bar.update(step)
 
-                trajectories = decoys_mod.target_trajectories(config, target, config.seeds, task_factory, on_round=tick)
-                stored = {"seeds": list(config.seeds), "X": [X.tolist() for X in trajectories]}
-                io.write_json(path, {"key": key, "result": stored})
-                bar.update(base.iters - done[0])
-            else:
-                decoys_reused += 1
-                bar.update(base.iters)
-            trajectories = [np.asarray(X, np.float64) for X in stored["X"]]
+            trajectories, ran = decoy_trajectories(base.replace(dp_sigma=float(sigma)), target, decoys, _decoy_path(out, sigma),
+                                                   task_factory, on_round=tick, log=None if quiet else log)
+            decoys_reused += ran == 0
+            bar.update(base.iters - done[0])
             cells[float(sigma)] = [with_decoys(c, trajectories) for c in cells[float(sigma)]]
     bar.close()
     doc = sweep_document(base, sigmas, seeds, target, rounds, attack_config, operating_sigma, cells, meta or {}, follow,

@@ -179,6 +179,69 @@ def test_decoy_band_by_hand():
     assert decoys.decoy_seeds(2) == [decoys.DECOY_SEED_BASE, decoys.DECOY_SEED_BASE + 1]
 
 
+def test_decoy_runs_are_saved_by_seed_so_a_stopped_set_goes_on_and_a_larger_one_adds_only_new_seeds(tmp_path, monkeypatch):
+    """The decoy store (decoy_trajectories) with the runs replaced by a recorder: batches of DECOY_CHUNK seeds fixed by
+    the seed, saved after each; a rerun runs nothing, a larger count only the new seeds, a stop keeps the finished
+    batches; other options start afresh; a file keyed by its exact seeds (the older format) is read."""
+    from pacd_jax import io
+    from pacd_jax.config import RunConfig
+
+    base = decoys.DECOY_SEED_BASE
+    calls, fail_at = [], [None]
+
+    def runs(config, target, seeds, task_factory=None, on_round=None):
+        assert list(config.seeds) == list(seeds) and target == 0
+        if fail_at[0] is not None and seeds[0] >= base + fail_at[0]:
+            raise KeyboardInterrupt
+        calls.append([s - base for s in seeds])
+        for t in range(1, config.iters + 1):
+            on_round(t, config.iters)
+        return [np.full((3, 2), (s - base) / 100.0 + config.dp_sigma) for s in seeds]
+
+    monkeypatch.setattr(decoys, "target_trajectories", runs)
+    monkeypatch.setattr(privacy_sweep, "DECOY_CHUNK", 3)
+    config, path = RunConfig(benchmark="branin", iters=4, dp_sigma=8.0), tmp_path / "decoys" / "sigma=8.json"
+    expect = [np.full((3, 2), j / 100.0 + 8.0) for j in range(8)]
+    ticks = []
+    got, ran = privacy_sweep.decoy_trajectories(config, 0, 5, path, on_round=lambda n, of: ticks.append((n, of)))
+    assert calls == [[0, 1, 2], [3, 4]] and ran == 5
+    assert all(np.array_equal(a, b) for a, b in zip(got, expect[:5], strict=True))
+    assert ticks[-1] == (4 * 5, 4 * 5) and [n for n, _ in ticks] == sorted(n for n, _ in ticks)
+    saved = path.read_text()
+    calls.clear()
+    got, ran = privacy_sweep.decoy_trajectories(config, 0, 5, path)
+    assert calls == [] and ran == 0 and path.read_text() == saved
+    assert all(np.array_equal(a, b) for a, b in zip(got, expect[:5], strict=True))
+    got, ran = privacy_sweep.decoy_trajectories(config, 0, 2, path)  # fewer: the first seeds, nothing run
+    assert calls == [] and ran == 0 and len(got) == 2
+    # a larger set: only the new seeds, in their own batches (5 with 3 and 4's batch, 6 and 7 in the next)
+    got, ran = privacy_sweep.decoy_trajectories(config, 0, 8, path)
+    assert calls == [[5], [6, 7]] and ran == 3 and all(np.array_equal(a, b) for a, b in zip(got, expect, strict=True))
+    # stopped in its second batch: the first is kept and a rerun runs only the rest
+    other = tmp_path / "other.json"
+    calls.clear()
+    fail_at[0] = 3
+    with pytest.raises(KeyboardInterrupt):
+        privacy_sweep.decoy_trajectories(config, 0, 6, other)
+    assert sorted(privacy_sweep.load_decoys(other, config, 0)) == [base, base + 1, base + 2]
+    fail_at[0] = None
+    calls.clear()
+    privacy_sweep.decoy_trajectories(config, 0, 6, other)
+    assert calls == [[3, 4, 5]]
+    # other options: nothing reused
+    calls.clear()
+    got, _ = privacy_sweep.decoy_trajectories(config.replace(dp_sigma=2.0), 0, 2, path)
+    assert calls == [[0, 1]] and got[0][0, 0] == 2.0
+    # the older format, keyed by the set's exact seeds, is read; a file of other options is not
+    legacy = tmp_path / "legacy.json"
+    old_key = json.loads(json.dumps({"version": privacy_sweep.CELL_VERSION, "config": config.replace(seeds=(base, base + 1)).identity(),
+                                     "target": 0}))
+    io.write_json(legacy, {"key": old_key, "result": {"seeds": [base, base + 1], "X": [[[0.5, 0.5]], [[0.25, 0.75]]]}})
+    assert privacy_sweep.load_decoys(legacy, config, 0) == {base: [[0.5, 0.5]], base + 1: [[0.25, 0.75]]}
+    assert privacy_sweep.load_decoys(legacy, config, 1) == {} and privacy_sweep.load_decoys(legacy, config.replace(iters=5), 0) == {}
+    assert privacy_sweep.load_decoys(tmp_path / "missing.json", config, 0) == {}
+
+
 def test_a_cell_with_other_options_is_not_reused(tmp_path):
     from pacd_jax import attack, io
     from pacd_jax.config import RunConfig
