@@ -4,22 +4,31 @@
 # sigma 8, seeds 0, 1 and 3 (seed 2 was left out for time when this ran; add it to a partition and
 # to the last call to extend the sweep), 40 rounds, followed from round 1 to 39 and scored at rounds 1, 20 and 39, BO
 # in float64 (the attack is float64 either way). Two single-threaded processes fill the (sigma,
-# seed) cells side by side; the last call reuses them all, runs the 40 decoy runs per sigma for the
-# decoy band (pacd_jax/decoys.py, seeds 1000000..1000039; about 15 min per sigma on the two cores),
-# writes the aggregate with its command, commit and machine, and the table goes into README.md
-# between the privacy-sweep-follow markers. Rerunning reuses finished cells and decoy sets.
-# Run from the repository root:  bash benchmarks/privacy_branin_follow.sh
+# seed) cells side by side; then two processes run the DECOYS decoy runs (default 40; pacd_jax/decoys.py,
+# seeds 1000000 on; about 18 s per run single-threaded) of one sigma each for the decoy band, saving
+# them 20 at a time; the last call reuses everything, writes the aggregate with its command, commit and
+# machine, and the table goes into README.md between the privacy-sweep-follow markers. Rerunning
+# reuses finished cells and saved decoy runs, so DECOYS=180 (what the family-wise decoy reading of these
+# 9 attacks per sigma needs) adds only the new decoy runs.
+# Run from the repository root:  bash benchmarks/privacy_branin_follow.sh   (or DECOYS=180 bash ...)
 set -euo pipefail
 export XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" OMP_NUM_THREADS=1
 PY=${PYTHON:-python}
+DECOYS=${DECOYS:-40}
 OUT=benchmarks/results/privacy_branin_follow
-COMMON=(--attack-mode pursuit-follow --sigmas 0,8 --operating-sigma 8 --benchmark branin --iters 40
+COMMON=(--attack-mode pursuit-follow --operating-sigma 8 --benchmark branin --iters 40
         --rounds 1,20,39 --clip 22.14 --x64 --quiet --out "$OUT")
-"$PY" -m pacd_jax.cli privacy --seeds 0,1 "${COMMON[@]}" &
+"$PY" -m pacd_jax.cli privacy --sigmas 0,8 --seeds 0,1 --decoys 0 "${COMMON[@]}" &
 A=$!
-"$PY" -m pacd_jax.cli privacy --seeds 3 "${COMMON[@]}" &
+"$PY" -m pacd_jax.cli privacy --sigmas 0,8 --seeds 3 --decoys 0 "${COMMON[@]}" &
 B=$!
 wait "$A"
 wait "$B"
-"$PY" -m pacd_jax.cli privacy --seeds 0,1,3 "${COMMON[@]}"
+"$PY" -m pacd_jax.cli privacy --sigmas 0 --seeds 0,1,3 --decoys "$DECOYS" "${COMMON[@]}" &
+A=$!
+"$PY" -m pacd_jax.cli privacy --sigmas 8 --seeds 0,1,3 --decoys "$DECOYS" "${COMMON[@]}" &
+B=$!
+wait "$A"
+wait "$B"
+"$PY" -m pacd_jax.cli privacy --sigmas 0,8 --seeds 0,1,3 --decoys "$DECOYS" "${COMMON[@]}"
 "$PY" benchmarks/privacy_readme.py "$OUT" privacy-sweep-follow
