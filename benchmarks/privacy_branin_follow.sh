@@ -16,19 +16,19 @@ export XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_thread
 PY=${PYTHON:-python}
 DECOYS=${DECOYS:-40}
 OUT=benchmarks/results/privacy_branin_follow
-COMMON=(--attack-mode pursuit-follow --operating-sigma 8 --benchmark branin --iters 40
+COMMON=(--attack-mode pursuit-follow --benchmark branin --iters 40
         --rounds 1,20,39 --clip 22.14 --x64 --quiet --out "$OUT")
-"$PY" -m pacd_jax.cli privacy --sigmas 0,8 --seeds 0,1 --decoys 0 "${COMMON[@]}" &
+"$PY" -m pacd_jax.cli privacy --sigmas 0,8 --operating-sigma 8 --seeds 0,1 --decoys 0 "${COMMON[@]}" &
 A=$!
-"$PY" -m pacd_jax.cli privacy --sigmas 0,8 --seeds 3 --decoys 0 "${COMMON[@]}" &
+"$PY" -m pacd_jax.cli privacy --sigmas 0,8 --operating-sigma 8 --seeds 3 --decoys 0 "${COMMON[@]}" &
 B=$!
 wait "$A"
 wait "$B"
-"$PY" -m pacd_jax.cli privacy --sigmas 0 --seeds 0,1,3 --decoys "$DECOYS" "${COMMON[@]}" &
+"$PY" -m pacd_jax.cli privacy --sigmas 0 --operating-sigma 0 --seeds 0,1,3 --decoys "$DECOYS" "${COMMON[@]}" &
 A=$!
-"$PY" -m pacd_jax.cli privacy --sigmas 8 --seeds 0,1,3 --decoys "$DECOYS" "${COMMON[@]}" &
+"$PY" -m pacd_jax.cli privacy --sigmas 8 --operating-sigma 8 --seeds 0,1,3 --decoys "$DECOYS" "${COMMON[@]}" &
 B=$!
 wait "$A"
 wait "$B"
-"$PY" -m pacd_jax.cli privacy --sigmas 0,8 --seeds 0,1,3 --decoys "$DECOYS" "${COMMON[@]}"
+"$PY" -m pacd_jax.cli privacy --sigmas 0,8 --operating-sigma 8 --seeds 0,1,3 --decoys "$DECOYS" "${COMMON[@]}"
 "$PY" benchmarks/privacy_readme.py "$OUT" privacy-sweep-follow

@@ -19,21 +19,21 @@ export XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_thread
 PY=${PYTHON:-python}
 DECOYS=${DECOYS:-40}
 OUT=benchmarks/results/privacy_branin_follow100
-COMMON=(--attack-mode pursuit-follow --operating-sigma 8 --benchmark branin --iters 100
+COMMON=(--attack-mode pursuit-follow --benchmark branin --iters 100
         --rounds 1,5,20,40,60,80,99 --clip 22.14 --x64 --quiet --out "$OUT")
 for SIGMA in 8 0; do
-    "$PY" -m pacd_jax.cli privacy --sigmas "$SIGMA" --seeds 0 --decoys 0 "${COMMON[@]}" &
+    "$PY" -m pacd_jax.cli privacy --sigmas "$SIGMA" --operating-sigma "$SIGMA" --seeds 0 --decoys 0 "${COMMON[@]}" &
     A=$!
-    "$PY" -m pacd_jax.cli privacy --sigmas "$SIGMA" --seeds 1 --decoys 0 "${COMMON[@]}" &
+    "$PY" -m pacd_jax.cli privacy --sigmas "$SIGMA" --operating-sigma "$SIGMA" --seeds 1 --decoys 0 "${COMMON[@]}" &
     B=$!
     wait "$A"
     wait "$B"
 done
-"$PY" -m pacd_jax.cli privacy --sigmas 0 --seeds 0,1 --decoys "$DECOYS" "${COMMON[@]}" &
+"$PY" -m pacd_jax.cli privacy --sigmas 0 --operating-sigma 0 --seeds 0,1 --decoys "$DECOYS" "${COMMON[@]}" &
 A=$!
-"$PY" -m pacd_jax.cli privacy --sigmas 8 --seeds 0,1 --decoys "$DECOYS" "${COMMON[@]}" &
+"$PY" -m pacd_jax.cli privacy --sigmas 8 --operating-sigma 8 --seeds 0,1 --decoys "$DECOYS" "${COMMON[@]}" &
 B=$!
 wait "$A"
 wait "$B"
-"$PY" -m pacd_jax.cli privacy --sigmas 0,8 --seeds 0,1 --decoys "$DECOYS" "${COMMON[@]}"
+"$PY" -m pacd_jax.cli privacy --sigmas 0,8 --operating-sigma 8 --seeds 0,1 --decoys "$DECOYS" "${COMMON[@]}"
 "$PY" benchmarks/privacy_readme.py "$OUT" privacy-sweep-follow100
