@@ -183,17 +183,22 @@ def test_committed_cells_still_match_their_configuration():
         assert json.loads(json.dumps(config.identity())) == key["config"]
 
 
-def test_committed_follow_progress_can_be_resumed():
-    """The 100-round follow cells stopped part-way (benchmarks/privacy_branin_follow100.sh): their saved progress and
-    BO runs must still load under their keys, or rerunning the script would start hours of work over."""
+def test_committed_decoy_runs_and_follow_progress_can_be_reused():
+    """Saved decoy runs (every sweep's decoys/) and follow cells stopped part-way (cells/*.progress.json with their
+    BO runs) must still load under the current keys, or rerunning a sweep would start hours of work over."""
     from pathlib import Path
 
-    from pacd_jax import privacy_sweep
+    from pacd_jax import decoys, privacy_sweep
 
+    sets = sorted((ROOT / "benchmarks" / "results").glob("privacy_*/decoys/sigma=*.json"))
+    assert len(sets) >= 14  # the paper, box and follow sweeps' decoys
+    for path in sets:
+        doc = json.loads((path.parents[1] / "privacy.json").read_text())
+        config = RunConfig.from_dict(doc["config"]).replace(dp_sigma=float(path.stem.split("=")[1]))
+        saved = privacy_sweep.load_decoys(path, config, doc["target_client"])
+        assert sorted(saved)[: doc["decoy_band"]["draws"]] == decoys.decoy_seeds(doc["decoy_band"]["draws"]), path
     out = ROOT / "benchmarks" / "results" / "privacy_branin_follow100"
     progress = sorted((out / "cells").glob("*.progress.json"))
-    if not progress:
-        pytest.skip("no committed follow cell is part-way")
     for path in progress:
         key = json.loads(path.read_text())["key"]
         config = RunConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in key["config"].items()})
