@@ -8,7 +8,7 @@
 # $OUT/cells/sigma=S_seed=N.progress.json, and its BO run (.records.npz, .run.json): stopping this
 # script (or the machine) loses at most one round, and rerunning it, here or on another machine,
 # resumes each unfinished cell without repeating its BO run. Two single-threaded processes fill the cells side by
-# side, sigma 8 first; then two processes run the DECOYS decoy runs (default 40) of one sigma each for
+# side, sigma 8 first; then two processes run the DECOYS decoy runs (default 100, what the committed block reads) of one sigma each for
 # the decoy band, saving them 20 at a time (rerunning goes on; a larger DECOYS adds only the new ones;
 # the family-wise decoy reading of 14 attacks per sigma needs 279); the last call reuses them all,
 # writes the aggregate with its command, commit and machine, and puts the table in README.md between
@@ -17,7 +17,7 @@
 set -euo pipefail
 export XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" OMP_NUM_THREADS=1
 PY=${PYTHON:-python}
-DECOYS=${DECOYS:-40}
+DECOYS=${DECOYS:-100}
 OUT=benchmarks/results/privacy_branin_follow100
 COMMON=(--attack-mode pursuit-follow --benchmark branin --iters 100
         --rounds 1,5,20,40,60,80,99 --clip 22.14 --x64 --quiet --out "$OUT")
