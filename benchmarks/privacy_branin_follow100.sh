@@ -8,16 +8,18 @@
 # $OUT/cells/sigma=S_seed=N.progress.json, and its BO run (.records.npz, .run.json): stopping this
 # script (or the machine) loses at most one round, and rerunning it, here or on another machine,
 # resumes each unfinished cell without repeating its BO run. Two single-threaded processes fill the cells side by
-# side, sigma 8 first; then two processes run the DECOYS decoy runs (default 100, what the committed block reads) of one sigma each for
+# side, sigma 8 first; then two processes run the DECOYS decoy runs (default 140, what the committed block reads) of one sigma each for
 # the decoy band, saving them 20 at a time (rerunning goes on; a larger DECOYS adds only the new ones;
-# the family-wise decoy reading of 14 attacks per sigma needs 279); the last call reuses them all,
+# a sweep-wide family-wise decoy reading of 14 attacks per sigma needs 279); then, for the no-DP
+# side of that reading, 400 round-1 and 300 round-5 decoys of sigma 0 (benchmarks/decoy_round.py:
+# runs of 2 and 6 rounds; skipped when their file exists); the last call reuses them all,
 # writes the aggregate with its command, commit and machine, and puts the table in README.md between
 # the privacy-sweep-follow100 markers.
 # Run from the repository root:  bash benchmarks/privacy_branin_follow100.sh   (or DECOYS=279 bash ...)
 set -euo pipefail
 export XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" OMP_NUM_THREADS=1
 PY=${PYTHON:-python}
-DECOYS=${DECOYS:-100}
+DECOYS=${DECOYS:-140}
 OUT=benchmarks/results/privacy_branin_follow100
 COMMON=(--attack-mode pursuit-follow --benchmark branin --iters 100
         --rounds 1,5,20,40,60,80,99 --clip 22.14 --x64 --quiet --out "$OUT")
@@ -35,5 +37,10 @@ A=$!
 B=$!
 wait "$A"
 wait "$B"
+for R in "1 400" "5 300"; do
+    set -- $R
+    F="$OUT/decoys_sigma0_round$1.json"
+    [ -f "$F" ] || "$PY" benchmarks/decoy_round.py "$OUT" --sigma 0 --round "$1" --decoys "$2" --out "$F"
+done
 "$PY" -m pacd_jax.cli privacy --sigmas 0,8 --operating-sigma 8 --seeds 0,1 --decoys "$DECOYS" "${COMMON[@]}"
 "$PY" benchmarks/privacy_readme.py "$OUT" privacy-sweep-follow100
