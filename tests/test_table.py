@@ -182,3 +182,47 @@ def test_a_cell_whose_rerun_fails_does_not_fill_the_table_with_other_settings(tm
     assert "0.123" not in (tmp_path / "table.md").read_text()
     assert path.exists()  # nothing is deleted: the earlier grid's file stays for --collect-only
     assert "worker failed" in capsys.readouterr().err
+
+
+def _fake_cell(folder, bench, method, seeds, offset):
+    """A cell's run.json with hand-set numbers: seed s ends at offset + s / 100 (clients level)."""
+    from pacd_jax import table
+
+    path = table.cell_path(folder, bench, method)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    results = [{"seed": s, "clients": [{"final_regret": offset + s / 100, "auc": 0.5 + offset,
+                                        "regret": [1.0, 0.5, offset + s / 100]}] * 2} for s in seeds]
+    path.write_text(json.dumps({"wall_time_s": 1.0, "results": results,
+                                "table_cell": {"commit": f"c{len(seeds)}", "machine": "test machine"}}))
+
+
+def test_more_seeds_pools_a_fresh_grid_with_the_base_grid(tmp_path, capsys):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import table1_more_seeds
+    from pacd_jax import table
+    from pacd_jax.config import RunConfig
+
+    base, extra, out = tmp_path / "base", tmp_path / "extra", tmp_path / "pooled"
+    for method, offset in (("independent", 0.2), ("pacd", 0.1)):
+        _fake_cell(base, "hartmann6", method, [0, 1, 2], offset)
+        _fake_cell(extra, "hartmann6", method, [10, 11], offset + (0.15 if method == "pacd" else 0.0))
+    table.summarise_grid(RunConfig(seeds=(10, 11), iters=2), ["hartmann6"], ["independent", "pacd"], extra,
+                         "pacd-bo table (fresh seeds)", None)
+    args = ["--base", str(base), "--extra", str(extra), "--out", str(out), "--no-readme"]
+    assert table1_more_seeds.main(args) == 0
+    doc = json.loads((out / "table.json").read_text())
+    pacd = doc["hartmann6"]["pacd"]
+    assert pacd["seeds"] == [0, 1, 2, 10, 11]
+    expected = [0.1, 0.11, 0.12, 0.35, 0.36]  # each seed's number from the folder that holds it
+    assert [p["final_regret"] for p in pacd["per_seed"]] == pytest.approx(expected)
+    assert pacd["final_regret_mean"] == pytest.approx(sum(expected) / 5)
+    paired = doc["hartmann6"]["independent"]["vs_pacd"]  # PACD-BO lower on seeds 0-2, higher on 10-11
+    assert (paired["reference_lower"], paired["reference_higher"], paired["seeds"]) == (3, 2, [0, 1, 2, 10, 11])
+    assert doc["meta"]["extra_command"] == "pacd-bo table (fresh seeds)"
+    assert "5 seed(s) [0, 1, 2, 10, 11]" in (out / "table.md").read_text()
+
+    _fake_cell(extra, "hartmann6", "pacd", [2, 10, 11], 0.15)  # a repeated seed is refused, nothing written
+    table.summarise_grid(RunConfig(seeds=(2, 10, 11), iters=2), ["hartmann6"], ["independent", "pacd"], extra, "x", None)
+    with pytest.raises(SystemExit) as exc:
+        table1_more_seeds.main(args)
+    assert exc.value.code == 2 and "repeats seeds" in capsys.readouterr().err
