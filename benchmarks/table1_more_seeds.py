@@ -7,7 +7,7 @@ writes two tables: the fresh seeds alone (an independent replication) and
 all seeds pooled with the full grid's cells (``benchmarks/results/table1_cells_full``,
 seeds 0-9). Cells are reused, never rerun here.
 
-    pacd-bo table --benchmarks hartmann6,wingweight --methods independent,pacd,cboc-u,cboc-l \\
+    pacd-bo table --benchmarks sinusoid,branin,hartmann6,wingweight --methods independent,pacd,cboc-u,cboc-l \\
         --seed-list 10,11,...,29 --iters 100 --jobs 2 --out benchmarks/results/table1_seeds10-29
     python benchmarks/table1_more_seeds.py          # pooled table and the two README blocks
 
