@@ -75,6 +75,7 @@ def test_progressive_mode_follows_every_round_and_scores_the_listed_ones(tmp_pat
         assert all(0.0 <= v <= 1.0 for p in e["X_rec"] for v in p)
 
 
+@pytest.mark.heavy  # a pursuit attack through the CLI
 def test_pursuit_mode_writes_its_options_and_stages(tmp_path):
     out = tmp_path / "u"
     args = ["attack", "--attack-mode", "pursuit", "--rounds", "1", *TINY, "--pursuit-candidates", "64",

@@ -82,6 +82,7 @@ def test_full_run_quick_writes_a_record(tmp_path):
     assert list(by_rows) == ["8"] and by_rows["8"] > 0
 
 
+@pytest.mark.heavy  # times a whole round per cell
 def test_full_run_table_estimate_sums_its_cells(tmp_path):
     records = _run_script("full_run", ["--quick", "--estimate-table", "--benchmarks", "sinusoid", "--methods",
                                        "pacd", "--seeds", "4"], tmp_path)
@@ -148,6 +149,7 @@ def test_dlg_loss_quick_writes_records_with_both_baselines(tmp_path):
     assert records[0]["config"]["dtype"] == "float64" and records[0]["config"]["points"] == 12
 
 
+@pytest.mark.heavy  # a benchmark script beside its baseline
 def test_gp_fit_quick_writes_a_record_whose_fit_is_no_worse_than_the_baseline(tmp_path):
     records = _run_script("gp_fit", ["--quick"], tmp_path)
     _check_records(records, extra={"objective", "baseline_compile_s"})
@@ -158,6 +160,7 @@ def test_gp_fit_quick_writes_a_record_whose_fit_is_no_worse_than_the_baseline(tm
     assert np.isfinite(obj["ours"]) and obj["ours"] <= obj["vmapped-fixed-steps"] + 1e-3 * abs(obj["vmapped-fixed-steps"]) + 1e-3
 
 
+@pytest.mark.heavy  # a benchmark script beside its baseline
 def test_propose_step_quick_writes_a_record_whose_points_match_the_baseline(tmp_path):
     records = _run_script("propose_step", ["--quick"], tmp_path)
     _check_records(records, extra={"point_difference"})

@@ -87,6 +87,7 @@ BIN = Path(sys.executable).parent
 MPIEXEC = shutil.which("mpiexec", path=str(BIN)) or shutil.which("mpiexec")
 
 
+@pytest.mark.heavy  # an MPI job; the example's vmap run stays in CI
 @pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec")
 def test_mpi_backend_runs_the_example(tmp_path):
     env = {**os.environ, "PATH": os.pathsep.join([str(BIN), os.environ.get("PATH", "")])}

@@ -340,6 +340,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra, message):
     assert not out.exists()
 
 
+@pytest.mark.heavy  # pursuit attacks in a sweep
 def test_pursuit_attacker_runs_in_the_sweep_and_keys_its_cells(tmp_path):
     from pacd_jax import attack, pursuit
     from pacd_jax.config import RunConfig

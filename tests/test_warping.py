@@ -132,6 +132,7 @@ def test_unknown_warp_is_refused():
         standard_gp.StandardGPConfig(dim=1, output_warp="cube")
 
 
+@pytest.mark.heavy  # a run of every method
 def test_every_method_models_the_warped_outputs(monkeypatch):
     """Every method's GP sees the warped outputs (the warp traced is the configured one, never ``none``); runs stay finite."""
     from pacd_jax import methods
