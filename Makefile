@@ -57,7 +57,7 @@ TEST_MPI_ENV := MPIR_CVAR_ENABLE_HEAVY_YIELD=1
 # another slow instance the rest took 948-1046 s of pytest (1117 s for all of
 # `make test`), so the pursuit attacker's unit runs, three benchmark scripts beside
 # their baselines, the warp through every method and the example under MPI joined
-# them (about 270 s of the two workers' time).
+# them (255 s of the two workers' time in that run; `make test` then took 870 s).
 PYTEST_SELECT ?= -m "not heavy"
 test: $(STAMP)
 	rm -rf $(TEST_CACHE); \
